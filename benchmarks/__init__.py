@@ -1,0 +1,1 @@
+"""pjrt_py benchmarks. Each module runs on its own: ``python -m benchmarks.dispatch``."""

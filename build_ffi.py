@@ -1,0 +1,90 @@
+"""cffi builder for pjrt_py (API mode, out-of-line, compiled at install time).
+
+The PJRT header is not part of this repository. It is taken from the
+installed ``xla-cpu-pjrt`` wheel (a build requirement), or from the file or
+directory named by the ``PJRT_PY_HEADER`` environment variable.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from pathlib import Path
+
+from cffi import FFI
+
+HERE = Path(__file__).resolve().parent
+DECL = HERE / "include" / "pjrt_py"
+
+# Order matters: each cdef file may use the types of the ones before it.
+CDEF_FILES = ["api.h", "client.h", "device.h", "buffer.h", "executable.h", "table.h", "helpers.h"]
+C_FILES = ["plugin.c", "client.c", "event.c", "transfer.c", "execute.c"]
+
+
+def find_header() -> Path:
+    """Locate pjrt_c_api.h: $PJRT_PY_HEADER, else the CPU plugin wheel's copy."""
+    override = os.environ.get("PJRT_PY_HEADER")
+    if override:
+        path = Path(override)
+        if path.is_dir():
+            path = path / "pjrt_c_api.h"
+        if not path.is_file():
+            raise FileNotFoundError(f"PJRT_PY_HEADER={override!r}: no pjrt_c_api.h there")
+        return path
+    spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "pjrt_c_api.h not found: install the 'xla-cpu-pjrt' wheel (a build "
+            "requirement) or set PJRT_PY_HEADER to a pjrt_c_api.h"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / "include" / "pjrt_c_api.h"
+    if not path.is_file():
+        raise FileNotFoundError(f"the xla-cpu-pjrt wheel has no {path}")
+    return path
+
+
+def slot_table(header: Path) -> str:
+    """C source for pjrt_py_slots: every PJRT_Api slot the header declares."""
+    names = re.findall(r"_PJRT_API_STRUCT_FIELD\((PJRT_\w+)\)", header.read_text())
+    rows = "\n".join(
+        f'  {{"{n}", offsetof(PJRT_Api, {n}) + sizeof(((PJRT_Api*)0)->{n})}},' for n in names
+    )
+    return (
+        "const pjrt_py_slot pjrt_py_slots[] = {\n"
+        f"{rows}\n}};\n"
+        f"const size_t pjrt_py_num_slots = {len(names)};\n"
+    )
+
+
+def make_builder() -> FFI:
+    header = find_header()
+    ffi = FFI()
+    ffi.cdef("\n".join((DECL / name).read_text() for name in CDEF_FILES))
+    source = "\n".join(
+        [
+            "#include <stddef.h>",
+            "#include <stdbool.h>",
+            "#include <stdint.h>",
+            '#include "pjrt_c_api.h"',
+            "typedef struct { const char* name; size_t end; } pjrt_py_slot;",
+            "typedef struct pjrt_py_client pjrt_py_client;",
+            "static void _pjrt_py_event_ready(void* handle);",
+            *((DECL / name).read_text() for name in C_FILES),
+            slot_table(header),
+        ]
+    )
+    ffi.set_source(
+        "pjrt_py._pjrt_cffi",
+        source,
+        include_dirs=[str(header.parent)],
+        libraries=["dl", "pthread"],
+        extra_compile_args=["-O2", "-std=gnu11", "-Wno-unused-function"],
+    )
+    return ffi
+
+
+ffibuilder = make_builder()
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

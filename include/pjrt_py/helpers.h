@@ -1,0 +1,72 @@
+/* cdef: pjrt_py's own C helpers (implemented in the *.c files beside this
+ * one). They own the hot path (execute, host transfers, buffer teardown) and
+ * the PJRT_Event_OnReady plumbing, so Python builds no PJRT args structs per
+ * call. Helpers that call into PJRT return the plugin's PJRT_Error* (NULL on
+ * success); Python turns it into an exception and destroys it. */
+
+/* Plugin loading: dlopen + GetPjrtApi. Never dlclose'd. NULL on failure with
+ * the reason in err. */
+const PJRT_Api* pjrt_py_load_plugin(const char* path, char* err, size_t err_size);
+
+/* Every slot of the header's PJRT_Api: its name and the byte offset where it
+ * ends. A slot is callable only if end <= the plugin's PJRT_Api.struct_size. */
+typedef struct {
+  const char* name;
+  size_t end;
+} pjrt_py_slot;
+extern const pjrt_py_slot pjrt_py_slots[];
+extern const size_t pjrt_py_num_slots;
+
+/* Errors. */
+int pjrt_py_error_code(const PJRT_Api* api, PJRT_Error* error);
+const char* pjrt_py_error_message(const PJRT_Api* api, PJRT_Error* error, size_t* size);
+void pjrt_py_error_destroy(const PJRT_Api* api, PJRT_Error* error);
+
+/* Events. */
+int pjrt_py_event_is_ready(const PJRT_Api* api, PJRT_Event* event);
+PJRT_Error* pjrt_py_event_error(const PJRT_Api* api, PJRT_Event* event);
+void pjrt_py_event_destroy(const PJRT_Api* api, PJRT_Event* event);
+/* Blocks (the caller has released the GIL) until the event is ready or
+ * timeout seconds pass; timeout < 0 waits forever. 1: ready, 0: timed out. */
+int pjrt_py_event_wait(const PJRT_Api* api, PJRT_Event* event, double timeout);
+/* Calls _pjrt_py_event_ready(handle) from PJRT's thread once the event is
+ * ready, unless pjrt_py_shutdown() ran first. 0 on success. */
+int pjrt_py_event_notify(const PJRT_Api* api, PJRT_Event* event, void* handle);
+extern "Python" void _pjrt_py_event_ready(void* handle);
+/* Stops further Python notifications and waits for running ones to finish. */
+void pjrt_py_shutdown(void);
+
+/* Lifetimes. A pjrt_py_client is a reference-counted PJRT_Client: the
+ * Python Client holds one reference, and so does every buffer and executable
+ * (taken by the helpers that make them). The last unref destroys it. */
+typedef struct pjrt_py_client pjrt_py_client;
+pjrt_py_client* pjrt_py_client_wrap(const PJRT_Api* api, PJRT_Client* client);
+void pjrt_py_client_ref(pjrt_py_client* c);
+void pjrt_py_client_unref(pjrt_py_client* c);
+long pjrt_py_client_refs(pjrt_py_client* c);
+/* Destroy a buffer / an executable and drop its client reference. */
+void pjrt_py_buffer_destroy(pjrt_py_client* c, PJRT_Buffer* buffer);
+void pjrt_py_loaded_executable_destroy(pjrt_py_client* c, PJRT_LoadedExecutable* exe,
+                                       PJRT_Executable* unloaded);
+
+/* Host transfers. */
+PJRT_Error* pjrt_py_buffer_from_host(pjrt_py_client* c, const void* data, int type, const int64_t* dims,
+                                     size_t num_dims, int semantics, PJRT_Device* device,
+                                     PJRT_Buffer** buffer, PJRT_Event** done_with_host);
+/* Copies into dst in dense row-major layout (requested explicitly). */
+PJRT_Error* pjrt_py_buffer_to_host(const PJRT_Api* api, PJRT_Buffer* buffer, void* dst,
+                                   size_t dst_size, size_t num_dims, PJRT_Event** done);
+PJRT_Error* pjrt_py_buffer_ready_event(const PJRT_Api* api, PJRT_Buffer* buffer,
+                                       PJRT_Event** event);
+
+/* Execution on the executable's single device. outputs has room for
+ * num_outputs; complete_event may be NULL (then no completion event is made). */
+PJRT_Error* pjrt_py_execute(pjrt_py_client* c, PJRT_LoadedExecutable* exe,
+                            PJRT_Buffer** args, size_t num_args, PJRT_Buffer** outputs,
+                            size_t num_outputs, PJRT_Event** complete_event);
+/* The same for a one-output program, the common case: returns the output,
+ * or NULL with the error kept for pjrt_py_take_error() (per thread). Saves
+ * the caller an output array per call. */
+PJRT_Buffer* pjrt_py_execute1(pjrt_py_client* c, PJRT_LoadedExecutable* exe, PJRT_Buffer** args,
+                              size_t num_args);
+PJRT_Error* pjrt_py_take_error(void);

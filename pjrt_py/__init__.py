@@ -1,0 +1,155 @@
+"""pjrt_py: a thin, fast, asynchronous Python binding over the PJRT C API.
+
+>>> import numpy as np, pjrt_py
+>>> client = pjrt_py.Client()                  # the CPU plugin
+>>> exe = client.compile(PROGRAM)              # StableHLO text or bytecode
+>>> out = exe.execute_async(np.ones(8, np.float32))   # returns at once
+>>> pjrt_py.value(pjrt_py.to_numpy_async(out))         # blocks here
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from .buffer import Buffer, aligned_empty
+from .client import Client
+from .compile_options import encode_compile_options
+from .device import Device
+from .dtypes import SUPPORTED as supported_dtypes
+from .errors import (
+    AbortedError,
+    AlreadyExistsError,
+    CancelledError,
+    DataLossError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    OutOfRangeError,
+    PermissionDeniedError,
+    PjrtError,
+    PluginLoadError,
+    ResourceExhaustedError,
+    UnauthenticatedError,
+    UnavailableError,
+    UnimplementedError,
+    UnknownError,
+    UnsupportedError,
+)
+from .executable import Executable
+from .plugin import Plugin, PluginInfo, load_plugin, plugins
+from .promise import ArrayPromise, BufferPromise, Promise
+
+__version__ = "0.1.0"
+
+_default: Client | None = None
+_default_lock = threading.Lock()
+
+
+def default_client() -> Client:
+    """The process-wide client the module-level functions use (made on first use)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default.closed:
+            _default = Client()
+        return _default
+
+
+def buffer(value: Any, device: Device | None = None) -> Buffer:
+    """``default_client().buffer(value, device)``."""
+    return default_client().buffer(value, device)
+
+
+def buffer_async(value: Any, device: Device | None = None) -> BufferPromise:
+    """``default_client().buffer_async(value, device)``: returns at once."""
+    return default_client().buffer_async(value, device)
+
+
+def compile(program: str | bytes, **options: Any) -> Executable:  # noqa: A001
+    """``default_client().compile(program, **options)``."""
+    return default_client().compile(program, **options)
+
+
+def execute(executable: Executable, *args: Any) -> Any:
+    """``executable.execute(*args)``: outputs ready on return."""
+    return executable.execute(*args)
+
+
+def execute_async(executable: Executable, *args: Any) -> BufferPromise:
+    """``executable.execute_async(*args)``: a promise, at once."""
+    return executable.execute_async(*args)
+
+
+def to_numpy(x: Buffer | BufferPromise) -> Any:
+    """Copy a buffer (or a promise of one) to a numpy array, waiting for it."""
+    return to_numpy_async(x).value()
+
+
+def to_numpy_async(x: Buffer | BufferPromise) -> ArrayPromise:
+    """Start a device-to-host copy of a buffer or a promise of one; returns at once."""
+    if isinstance(x, BufferPromise):
+        return x.to_numpy_async()
+    if isinstance(x, Buffer):
+        return x.to_numpy_async()
+    raise TypeError(f"expected a Buffer or a BufferPromise, got {type(x).__name__}")
+
+
+def value(x: Any, timeout: float | None = None) -> Any:
+    """Block until a promise is ready and return its value (anything else as is)."""
+    return x.value(timeout) if isinstance(x, Promise) else x
+
+
+def is_ready(x: Any) -> bool:
+    """Whether a promise (or a buffer) is ready, without blocking."""
+    if isinstance(x, (Promise, Buffer)):
+        return x.is_ready()
+    return True
+
+
+__all__ = [
+    "AbortedError",
+    "AlreadyExistsError",
+    "ArrayPromise",
+    "Buffer",
+    "BufferPromise",
+    "CancelledError",
+    "Client",
+    "DataLossError",
+    "DeadlineExceededError",
+    "Device",
+    "Executable",
+    "FailedPreconditionError",
+    "InternalError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "OutOfRangeError",
+    "PermissionDeniedError",
+    "PjrtError",
+    "Plugin",
+    "PluginInfo",
+    "PluginLoadError",
+    "Promise",
+    "ResourceExhaustedError",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "UnimplementedError",
+    "UnknownError",
+    "UnsupportedError",
+    "aligned_empty",
+    "buffer",
+    "buffer_async",
+    "compile",
+    "default_client",
+    "encode_compile_options",
+    "execute",
+    "execute_async",
+    "is_ready",
+    "load_plugin",
+    "plugins",
+    "supported_dtypes",
+    "to_numpy",
+    "to_numpy_async",
+    "value",
+]

@@ -1,0 +1,75 @@
+"""Process-wide state: host memory PJRT may still read, and interpreter exit.
+
+PJRT may read host memory (a numpy array handed to a transfer, a zero-copy
+source) or write it (a device-to-host destination) after the call that
+handed it over has returned. Such memory is kept here, next to the event that
+says PJRT is done with it, and released once the event is ready.
+
+At exit, pjrt_py waits for those events (so no PJRT thread touches freed
+memory), stops PJRT callbacks from entering Python, and stops destroying PJRT
+objects: the plugin's threads may still be running, and the process is about
+to end anyway.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import Any
+
+from ._ffi import lib
+
+
+class _State:
+    finalizing = False
+
+
+state = _State()
+
+_holds: list[tuple[Any, Any, Any]] = []  # (api, event, objects to keep alive)
+_holds_lock = threading.Lock()
+_sweep_at = 64
+
+
+def hold(api: Any, event: Any, keep: Any) -> None:
+    """Keep ``keep`` alive until ``event`` is ready; then destroy the event."""
+    global _sweep_at
+    if not event:
+        return
+    if lib.pjrt_py_event_is_ready(api, event):
+        lib.pjrt_py_event_destroy(api, event)
+        return
+    with _holds_lock:
+        _holds.append((api, event, keep))
+        if len(_holds) >= _sweep_at:
+            _sweep_locked()
+            _sweep_at = max(64, 2 * len(_holds))
+
+
+def _sweep_locked() -> None:
+    still: list[tuple[Any, Any, Any]] = []
+    for api, event, keep in _holds:
+        if lib.pjrt_py_event_is_ready(api, event):
+            lib.pjrt_py_event_destroy(api, event)
+        else:
+            still.append((api, event, keep))
+    _holds[:] = still
+
+
+def pending_holds() -> int:
+    """How many host-memory holds are still waiting for PJRT (for tests)."""
+    with _holds_lock:
+        _sweep_locked()
+        return len(_holds)
+
+
+@atexit.register
+def _at_exit() -> None:
+    with _holds_lock:
+        holds = list(_holds)
+        _holds.clear()
+    for api, event, _keep in holds:
+        lib.pjrt_py_event_wait(api, event, -1.0)
+        lib.pjrt_py_event_destroy(api, event)
+    lib.pjrt_py_shutdown()
+    state.finalizing = True

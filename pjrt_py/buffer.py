@@ -1,0 +1,244 @@
+"""Device buffers and host transfers."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _runtime
+from ._ffi import ffi, lib
+from .dtypes import numpy_dtype, pjrt_type
+from .errors import check, error_from_pjrt
+from .promise import ArrayPromise, BufferPromise
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .device import Device
+
+MAX_RANK = 64
+# CPU plugins alias host memory only when it is this aligned (XLA's minimum
+# for CPU buffers); pjrt_py refuses zero-copy below it instead of silently
+# copying.
+ZERO_COPY_ALIGNMENT = 64
+
+_COPY = lib.PJRT_HostBufferSemantics_kImmutableOnlyDuringCall
+_ZERO_COPY = lib.PJRT_HostBufferSemantics_kImmutableZeroCopy
+
+
+class Buffer:
+    """An array on a device, owned by a :class:`~pjrt_py.Client`.
+
+    Made by ``client.buffer`` / ``client.buffer_async`` or by executions.
+    Shape, dtype and device are read from PJRT on first use.
+    """
+
+    # Kept to three slots: a Buffer is made for every output of every call.
+    __slots__ = ("_ptr", "_client", "_meta", "__weakref__")
+
+    _ptr: Any  # PJRT_Buffer*, None once deleted
+    _client: Client
+    _meta: tuple[tuple[int, ...], np.dtype[Any]] | None  # (shape, dtype), read lazily
+
+    def __init__(self) -> None:
+        raise TypeError("Buffers are made by Client.buffer() or by executing a program")
+
+    # -- state ----------------------------------------------------------
+    def _live(self) -> Any:
+        ptr = self._ptr
+        if ptr is None:
+            raise ValueError("buffer has been deleted")
+        if self._client._closed:
+            raise ValueError("buffer belongs to a closed client")
+        return ptr
+
+    @property
+    def is_deleted(self) -> bool:
+        return self._ptr is None
+
+    def delete(self) -> None:
+        """Free the device memory once pending work is done. Idempotent."""
+        ptr, self._ptr = self._ptr, None
+        if ptr is not None and not _runtime.state.finalizing:
+            lib.pjrt_py_buffer_destroy(self._client._h, ptr)
+
+    def __del__(self) -> None:
+        ptr = getattr(self, "_ptr", None)
+        if ptr is not None and not _state.finalizing:
+            lib.pjrt_py_buffer_destroy(self._client._h, ptr)
+
+    # -- metadata -------------------------------------------------------
+    @property
+    def client(self) -> Client:
+        return self._client
+
+    def _metadata(self) -> tuple[tuple[int, ...], np.dtype[Any]]:
+        meta = self._meta
+        if meta is None:
+            ptr, plugin = self._live(), self._client.plugin
+            dims = ffi.new("PJRT_Buffer_Dimensions_Args*")
+            dims.struct_size = lib.PJRT_Buffer_Dimensions_Args_STRUCT_SIZE
+            dims.buffer = ptr
+            plugin.call("PJRT_Buffer_Dimensions", dims)
+            kind = ffi.new("PJRT_Buffer_ElementType_Args*")
+            kind.struct_size = lib.PJRT_Buffer_ElementType_Args_STRUCT_SIZE
+            kind.buffer = ptr
+            plugin.call("PJRT_Buffer_ElementType", kind)
+            meta = (tuple(ffi.unpack(dims.dims, dims.num_dims)), numpy_dtype(kind.type))
+            self._meta = meta
+        return meta
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._metadata()[0]
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._metadata()[1]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def device(self) -> Device:
+        args = ffi.new("PJRT_Buffer_Device_Args*")
+        args.struct_size = lib.PJRT_Buffer_Device_Args_STRUCT_SIZE
+        args.buffer = self._live()
+        self._client.plugin.call("PJRT_Buffer_Device", args)
+        return self._client._device_for(args.device)
+
+    def unsafe_pointer(self) -> int:
+        """The buffer's device address as PJRT reports it (debugging only)."""
+        args = ffi.new("PJRT_Buffer_UnsafePointer_Args*")
+        args.struct_size = lib.PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE
+        args.buffer = self._live()
+        self._client.plugin.call("PJRT_Buffer_UnsafePointer", args)
+        return int(args.buffer_pointer)
+
+    # -- readiness ------------------------------------------------------
+    def _ready_event(self) -> Any:
+        api = self._client._api
+        event = ffi.new("PJRT_Event**")
+        check(api, lib.pjrt_py_buffer_ready_event(api, self._live(), event))
+        return event[0]
+
+    def _promise(self) -> BufferPromise:
+        return BufferPromise((self,))
+
+    def is_ready(self) -> bool:
+        """Whether the buffer's data is there (never blocks)."""
+        return self._promise().is_ready()
+
+    def block_until_ready(self) -> Buffer:
+        """Wait until the data is there; raise the error of the work that made it."""
+        self._promise().value()
+        return self
+
+    # -- device to host -------------------------------------------------
+    def to_numpy_async(self) -> ArrayPromise:
+        """Start copying to a new numpy array (dense, row-major); returns at once."""
+        ptr = self._live()
+        api = self._client._api
+        shape, dtype = self._metadata()
+        array = np.empty(shape, dtype)
+        if array.size == 0:
+            return ArrayPromise(api, array, self, [])
+        event = ffi.new("PJRT_Event**")
+        error = lib.pjrt_py_buffer_to_host(
+            api, ptr, ffi.from_buffer(array), array.nbytes, len(shape), event
+        )
+        if error:
+            raise error_from_pjrt(api, error)
+        return ArrayPromise(api, array, self, [event[0]])
+
+    def to_numpy(self) -> np.ndarray[Any, Any]:
+        """Copy to a new numpy array, waiting for the data."""
+        return self.to_numpy_async().value()
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray[Any, Any]:
+        array = self.to_numpy()
+        return array if dtype is None else array.astype(dtype, copy=False)
+
+    def __repr__(self) -> str:
+        if self._ptr is None:
+            return "<Buffer deleted>"
+        return f"<Buffer {self.dtype}{list(self.shape)} on {self.device!r}>"
+
+
+def wrap(client: Client, ptr: Any, meta: Any = None) -> Buffer:
+    """A Buffer owning ``ptr`` (a ``PJRT_Buffer*`` PJRT handed over, with a
+    client reference taken by the helper that made it)."""
+    buf: Buffer = _new(Buffer)
+    buf._ptr = ptr
+    buf._client = client
+    buf._meta = meta
+    return buf
+
+
+_new = object.__new__
+_state = _runtime.state
+
+
+def host_to_device(client: Client, value: Any, device: Device | None,
+                   zero_copy: bool) -> BufferPromise:
+    """Start a host-to-device transfer of a numpy array or scalar."""
+    if isinstance(value, (Buffer, BufferPromise)):
+        raise TypeError("already a device buffer; use copy_to_device to move it")
+    array = np.asarray(value)
+    dtype = array.dtype
+    code = pjrt_type(dtype)
+    if array.ndim > MAX_RANK:
+        raise ValueError(f"arrays of rank {array.ndim} are not supported (max {MAX_RANK})")
+    if zero_copy:
+        _check_zero_copy(client, array)
+        semantics = _ZERO_COPY
+    else:
+        semantics = _COPY
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
+    target = client._target(device)
+    out = ffi.new("PJRT_Buffer**")
+    done = ffi.new("PJRT_Event**")
+    data = ffi.from_buffer(array, require_writable=False) if array.size else ffi.NULL
+    error = lib.pjrt_py_buffer_from_host(
+        client._h, data, code, array.shape, array.ndim, semantics,
+        target._ptr, out, done,
+    )
+    if error:
+        raise error_from_pjrt(client._api, error)
+    buf = wrap(client, out[0], (array.shape, dtype))
+    _runtime.hold(client._api, done[0], (array, data))
+    return BufferPromise((buf,))
+
+
+def _check_zero_copy(client: Client, array: np.ndarray[Any, Any]) -> None:
+    if client.platform_name != "cpu":
+        raise ValueError(f"zero_copy is only available on CPU, not {client.platform_name!r}")
+    if not array.flags.c_contiguous:
+        raise ValueError("zero_copy needs a C-contiguous array")
+    address = array.__array_interface__["data"][0]
+    if address % ZERO_COPY_ALIGNMENT:
+        raise ValueError(
+            f"zero_copy needs data aligned to {ZERO_COPY_ALIGNMENT} bytes (this array is at "
+            f"{address:#x}); use pjrt_py.aligned_empty() or copy semantics"
+        )
+
+
+def aligned_empty(shape: Any, dtype: Any = np.float32,
+                  alignment: int = ZERO_COPY_ALIGNMENT) -> np.ndarray[Any, Any]:
+    """An uninitialised C-contiguous array whose data is ``alignment``-aligned."""
+    dtype = np.dtype(dtype)
+    shape = tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + alignment, np.uint8)
+    offset = -raw.ctypes.data % alignment
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)

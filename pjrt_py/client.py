@@ -1,0 +1,229 @@
+"""Clients: one PJRT client of one plugin, its devices, compile and transfers."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from . import _runtime
+from ._ffi import ffi, lib
+from .buffer import Buffer, host_to_device
+from .compile_options import encode_compile_options
+from .device import Device
+from .executable import Executable
+from .plugin import Plugin, encode_named_values, load_plugin
+from .program import main_signature
+from .promise import BufferPromise
+
+
+class Client:
+    """A PJRT client.
+
+    Parameters
+    ----------
+    plugin : str, path or Plugin, optional
+        ``"cpu"`` (default), ``"cuda"``, ``"tpu"``, ``"rocm"``, or a path to a
+        plugin ``.so``. With none, ``$PJRT_PLUGIN`` is used if set.
+    options : dict, optional
+        Client create options, passed to the plugin as ``PJRT_NamedValue``s
+        (e.g. ``{"cpu_device_count": 4}`` for the CPU plugin).
+
+    ``close()`` makes the client and everything made from it unusable at
+    once. The PJRT client itself is destroyed when the last of its buffers and
+    executables is gone (a reference count kept in C), so nothing can use it
+    after it is freed, whatever order Python collects objects in.
+    """
+
+    def __init__(
+        self,
+        plugin: str | os.PathLike[str] | Plugin | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self._ptr = None
+        self._h = None
+        self._closed = False
+        self.plugin = plugin if isinstance(plugin, Plugin) else load_plugin(plugin)
+        self._api = self.plugin.api
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict, got {type(options).__name__}")
+        values, keep = encode_named_values(options or {})
+        args = ffi.new("PJRT_Client_Create_Args*")
+        args.struct_size = lib.PJRT_Client_Create_Args_STRUCT_SIZE
+        args.create_options = values
+        args.num_options = len(options or {})
+        self._closed = True  # until fully made: __del__ must not unref
+        self.plugin.call("PJRT_Client_Create", args)
+        del keep
+        self._ptr = args.client
+        self._h = lib.pjrt_py_client_wrap(self._api, self._ptr)
+        if self._h == ffi.NULL:
+            raise MemoryError("cannot allocate the client handle")
+        self._closed = False
+
+        self.platform_name: str = self._string("PJRT_Client_PlatformName", "platform_name")
+        self.platform_version: str = self._string(
+            "PJRT_Client_PlatformVersion", "platform_version"
+        )
+        index = ffi.new("PJRT_Client_ProcessIndex_Args*")
+        index.struct_size = lib.PJRT_Client_ProcessIndex_Args_STRUCT_SIZE
+        index.client = self._ptr
+        self.plugin.call("PJRT_Client_ProcessIndex", index)
+        self.process_index: int = index.process_index
+
+        self._devices_by_ptr: dict[int, Device] = {}
+        self.devices: list[Device] = self._device_list("PJRT_Client_Devices", "devices")
+        self.addressable_devices: list[Device] = self._device_list(
+            "PJRT_Client_AddressableDevices", "addressable_devices"
+        )
+        if not self.addressable_devices:
+            raise RuntimeError(f"{self.plugin.path}: the client has no addressable devices")
+
+    # -- construction helpers ------------------------------------------
+    def _string(self, function: str, field: str) -> str:
+        args = ffi.new(f"{function}_Args*")
+        args.struct_size = getattr(lib, f"{function}_Args_STRUCT_SIZE")
+        args.client = self._ptr
+        self.plugin.call(function, args)
+        return str(ffi.unpack(getattr(args, field), getattr(args, f"{field}_size")).decode())
+
+    def _device_list(self, function: str, field: str) -> list[Device]:
+        args = ffi.new(f"{function}_Args*")
+        args.struct_size = getattr(lib, f"{function}_Args_STRUCT_SIZE")
+        args.client = self._ptr
+        self.plugin.call(function, args)
+        count = getattr(args, f"num_{field}")
+        ptrs = getattr(args, field)
+        return [self._device_for(ptrs[i]) for i in range(count)]
+
+    def _device_for(self, ptr: Any) -> Device:
+        key = int(ffi.cast("uintptr_t", ptr))
+        device = self._devices_by_ptr.get(key)
+        if device is None:
+            device = Device(self, ptr)
+            self._devices_by_ptr[key] = device
+        return device
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("client is closed")
+
+    def _target(self, device: Device | None) -> Device:
+        if device is None:
+            return self.addressable_devices[0]
+        if not isinstance(device, Device):
+            raise TypeError(f"device must be a pjrt_py.Device, got {type(device).__name__}")
+        if device.client is not self:
+            raise ValueError(f"{device!r} belongs to another client")
+        if not device.is_addressable:
+            raise ValueError(f"{device!r} is not addressable from this client")
+        return device
+
+    # -- public API -----------------------------------------------------
+    @property
+    def default_device(self) -> Device:
+        return self.addressable_devices[0]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def compile(
+        self,
+        program: str | bytes,
+        *,
+        num_replicas: int = 1,
+        num_partitions: int = 1,
+        compile_options: bytes | None = None,
+    ) -> Executable:
+        """Compile a StableHLO/MLIR program (text ``str`` or bytecode ``bytes``).
+
+        ``compile_options`` takes a serialized ``CompileOptionsProto`` as is;
+        otherwise one is encoded from ``num_replicas`` / ``num_partitions``.
+
+        Raises
+        ------
+        PjrtError
+            With the compiler's message, if the program is invalid.
+        """
+        self._check_open()
+        if isinstance(program, str):
+            code = program.encode()
+            signature = main_signature(program)
+        elif isinstance(program, (bytes, bytearray, memoryview)):
+            code = bytes(program)
+            signature = None
+        else:
+            raise TypeError(f"program must be str (MLIR text) or bytes, got {type(program)}")
+        if not code:
+            raise ValueError("program is empty")
+        if compile_options is None:
+            options = encode_compile_options(
+                num_replicas=num_replicas, num_partitions=num_partitions
+            )
+        elif isinstance(compile_options, (bytes, bytearray)) and compile_options:
+            options = bytes(compile_options)
+        else:
+            raise ValueError("compile_options must be non-empty serialized CompileOptionsProto")
+        code_buf = ffi.new("char[]", code)
+        fmt = ffi.new("char[]", b"mlir")
+        prog = ffi.new("PJRT_Program*")
+        prog.struct_size = lib.PJRT_Program_STRUCT_SIZE
+        prog.code, prog.code_size = code_buf, len(code)
+        prog.format, prog.format_size = fmt, 4
+        args = ffi.new("PJRT_Client_Compile_Args*")
+        args.struct_size = lib.PJRT_Client_Compile_Args_STRUCT_SIZE
+        args.client = self._ptr
+        args.program = prog
+        opts = ffi.new("char[]", options)
+        args.compile_options, args.compile_options_size = opts, len(options)
+        self.plugin.call("PJRT_Client_Compile", args)
+        lib.pjrt_py_client_ref(self._h)  # the executable's reference
+        return Executable(self, args.executable, signature)
+
+    def buffer_async(
+        self, value: Any, device: Device | None = None, *, zero_copy: bool = False
+    ) -> BufferPromise:
+        """Start moving a numpy array or scalar to ``device``; returns a promise at once.
+
+        The data is copied: changing ``value`` after this returns does not
+        change the device buffer. ``zero_copy=True`` (CPU only, 64-byte
+        aligned C-contiguous arrays) makes the buffer alias ``value`` instead:
+        the array is kept alive with the buffer, and writing to it changes the
+        buffer's contents -- the caller must not.
+        """
+        self._check_open()
+        return host_to_device(self, value, device, zero_copy)
+
+    def buffer(self, value: Any, device: Device | None = None, *,
+               zero_copy: bool = False) -> Buffer:
+        """Move a numpy array or scalar to ``device`` and wait until it is there."""
+        promise = self.buffer_async(value, device, zero_copy=zero_copy)
+        result: Buffer = promise.value()
+        return result
+
+    def close(self) -> None:
+        """Make the client unusable, and drop its own reference. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            h = getattr(self, "_h", None)
+            if h is not None and not _runtime.state.finalizing:
+                lib.pjrt_py_client_unref(h)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_h", None) is not None:
+            self.close()
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else ""
+        return (
+            f"<Client {self.platform_name} ({self.platform_version}) "
+            f"{len(self.addressable_devices)} device(s){state}>"
+        )

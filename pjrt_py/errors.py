@@ -1,0 +1,147 @@
+"""Exceptions raised by pjrt_py.
+
+``PjrtError`` is the base of every error that comes from a plugin; there is
+one subclass per PJRT error code, each carrying ``.code`` (the numeric PJRT
+code) and the plugin's message. Argument errors found in Python before any
+PJRT call are plain ``TypeError`` / ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._ffi import ffi, lib
+
+
+class PjrtError(RuntimeError):
+    """An error reported by a PJRT plugin.
+
+    Attributes
+    ----------
+    code : int
+        The PJRT error code (``PJRT_Error_Code``; absl status codes).
+    message : str
+        The plugin's message.
+    """
+
+    code: int = 2  # UNKNOWN
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+
+
+class CancelledError(PjrtError):
+    code = 1
+
+
+class UnknownError(PjrtError):
+    code = 2
+
+
+class InvalidArgumentError(PjrtError):
+    code = 3
+
+
+class DeadlineExceededError(PjrtError):
+    code = 4
+
+
+class NotFoundError(PjrtError):
+    code = 5
+
+
+class AlreadyExistsError(PjrtError):
+    code = 6
+
+
+class PermissionDeniedError(PjrtError):
+    code = 7
+
+
+class ResourceExhaustedError(PjrtError):
+    code = 8
+
+
+class FailedPreconditionError(PjrtError):
+    code = 9
+
+
+class AbortedError(PjrtError):
+    code = 10
+
+
+class OutOfRangeError(PjrtError):
+    code = 11
+
+
+class UnimplementedError(PjrtError):
+    code = 12
+
+
+class InternalError(PjrtError):
+    code = 13
+
+
+class UnavailableError(PjrtError):
+    code = 14
+
+
+class DataLossError(PjrtError):
+    code = 15
+
+
+class UnauthenticatedError(PjrtError):
+    code = 16
+
+
+class UnsupportedError(UnimplementedError):
+    """The plugin's API version has no such function (its slot lies beyond
+    ``PJRT_Api.struct_size``). The function is never called through."""
+
+
+class PluginLoadError(PjrtError):
+    """A file could not be loaded as a PJRT plugin."""
+
+
+_BY_CODE: dict[int, type[PjrtError]] = {
+    cls.code: cls
+    for cls in (
+        CancelledError,
+        UnknownError,
+        InvalidArgumentError,
+        DeadlineExceededError,
+        NotFoundError,
+        AlreadyExistsError,
+        PermissionDeniedError,
+        ResourceExhaustedError,
+        FailedPreconditionError,
+        AbortedError,
+        OutOfRangeError,
+        UnimplementedError,
+        InternalError,
+        UnavailableError,
+        DataLossError,
+        UnauthenticatedError,
+    )
+}
+
+
+def error_from_pjrt(api: Any, error: Any) -> PjrtError:
+    """Turn a non-NULL ``PJRT_Error*`` into an exception and destroy it."""
+    try:
+        code = lib.pjrt_py_error_code(api, error)
+        size = ffi.new("size_t*")
+        message = ffi.unpack(lib.pjrt_py_error_message(api, error, size), size[0])
+        text = message.decode("utf-8", "replace")
+    finally:
+        lib.pjrt_py_error_destroy(api, error)
+    return _BY_CODE.get(code, PjrtError)(text, code)
+
+
+def check(api: Any, error: Any) -> None:
+    """Raise for a non-NULL ``PJRT_Error*`` (destroying it); NULL is success."""
+    if error:
+        raise error_from_pjrt(api, error)

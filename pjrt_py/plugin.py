@@ -1,0 +1,243 @@
+"""Finding and loading PJRT plugins.
+
+A plugin is a shared library exporting ``GetPjrtApi``. It is loaded with
+``dlopen`` once per process, initialised once, and never closed: clients,
+buffers and callbacks running on the plugin's threads may outlive any Python
+object that refers to it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._ffi import ffi, lib
+from .errors import PluginLoadError, UnsupportedError, check
+
+# Which installed wheels provide which platform, in the order they are tried:
+# (package that holds the plugin, glob for the .so inside it).
+_WHEELS: dict[str, list[tuple[str, str]]] = {
+    "cpu": [("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so"), ("jax_plugins", "*cpu*/*.so")],
+    "cuda": [("jax_plugins", "xla_cuda13/xla_cuda_plugin.so"),
+             ("jax_plugins", "xla_cuda12/xla_cuda_plugin.so")],
+    "tpu": [("libtpu", "libtpu.so")],
+    "rocm": [("jax_plugins", "xla_rocm*/xla_rocm_plugin.so")],
+}
+
+# Every PJRT_Api slot the build header declares -> the offset where it ends.
+_SLOT_END: dict[str, int] = {
+    ffi.string(lib.pjrt_py_slots[i].name).decode(): lib.pjrt_py_slots[i].end
+    for i in range(lib.pjrt_py_num_slots)
+}
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """A plugin found on this machine: its platform name and its path."""
+
+    name: str
+    path: str
+
+
+def _package_dirs(package: str) -> list[Path]:
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    return [Path(p) for p in spec.submodule_search_locations]
+
+
+def plugins() -> list[PluginInfo]:
+    """The plugins installed as wheels, in discovery order (no plugin is loaded)."""
+    found: list[PluginInfo] = []
+    seen: set[str] = set()
+    for name, candidates in _WHEELS.items():
+        for package, pattern in candidates:
+            for directory in _package_dirs(package):
+                for so in sorted(directory.glob(pattern)):
+                    path = str(so.resolve())
+                    if path not in seen:
+                        seen.add(path)
+                        found.append(PluginInfo(name, path))
+    return found
+
+
+def find_plugin(spec: str | os.PathLike[str] | None = None) -> str:
+    """Resolve a plugin spec to a ``.so`` path.
+
+    Order: an explicit path; else a platform name (``"cpu"``, ``"cuda"``,
+    ``"tpu"``, ``"rocm"``); with no spec, the ``PJRT_PLUGIN`` environment
+    variable (a path or a name), else the installed CPU plugin.
+    """
+    if spec is None:
+        spec = os.environ.get("PJRT_PLUGIN") or "cpu"
+    text = os.fspath(spec)
+    if text in _WHEELS:
+        for info in plugins():
+            if info.name == text:
+                return info.path
+        raise FileNotFoundError(
+            f"no {text!r} PJRT plugin is installed; found: "
+            f"{[i.name for i in plugins()] or 'none'} (pass a path to a plugin .so, "
+            f"or set PJRT_PLUGIN)"
+        )
+    path = Path(text).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"PJRT plugin {text!r}: no such file (expected a path to a .so, or one of "
+            f"{sorted(_WHEELS)})"
+        )
+    return str(path.resolve())
+
+
+class Plugin:
+    """A loaded and initialised PJRT plugin. Get one with :func:`load_plugin`.
+
+    Attributes
+    ----------
+    path : str
+        The shared library.
+    api_version : tuple[int, int]
+        ``(major, minor)`` of the PJRT C API the plugin was built with.
+    """
+
+    def __init__(self, path: str) -> None:
+        err = ffi.new("char[]", 4096)
+        api = lib.pjrt_py_load_plugin(path.encode(), err, len(err))
+        if api == ffi.NULL:
+            raise PluginLoadError(f"cannot load PJRT plugin {path}: {ffi.string(err).decode()}")
+        self.path = path
+        self.api = api
+        version = api.pjrt_api_version
+        self.api_version: tuple[int, int] = (version.major_version, version.minor_version)
+        if self.api_version[0] != lib.PJRT_API_MAJOR:
+            raise PluginLoadError(
+                f"{path} implements PJRT C API {self.version_text}, but pjrt_py was built "
+                f"for major version {lib.PJRT_API_MAJOR}: the ABIs are incompatible"
+            )
+        size = api.struct_size
+        self._supported = frozenset(n for n, end in _SLOT_END.items() if end <= size)
+        args = ffi.new("PJRT_Plugin_Initialize_Args*")
+        args.struct_size = lib.PJRT_Plugin_Initialize_Args_STRUCT_SIZE
+        self.call("PJRT_Plugin_Initialize", args)
+        self._attributes: dict[str, Any] | None = None
+
+    @property
+    def version_text(self) -> str:
+        return f"{self.api_version[0]}.{self.api_version[1]}"
+
+    def supports(self, function: str) -> bool:
+        """Whether the plugin's function table reaches ``function``'s slot."""
+        return function in self._supported
+
+    def require(self, function: str) -> None:
+        """Raise :class:`UnsupportedError` unless the plugin has ``function``."""
+        if function not in self._supported:
+            if function not in _SLOT_END:
+                raise UnsupportedError(
+                    f"{function} is not in the PJRT header pjrt_py was built with "
+                    f"({lib.PJRT_API_MAJOR}.{lib.PJRT_API_MINOR})"
+                )
+            raise UnsupportedError(
+                f"{function} is not supported by this plugin (PJRT {self.version_text}, "
+                f"{self.path})"
+            )
+
+    def call(self, function: str, args: Any) -> None:
+        """The call boundary: check the slot, call, raise and free any error."""
+        self.require(function)
+        check(self.api, getattr(self.api, function)(args))
+
+    @property
+    def attributes(self) -> dict[str, Any]:
+        """The plugin's attributes (``xla_version``, ``stablehlo_current_version``, ...)."""
+        if self._attributes is None:
+            if self.supports("PJRT_Plugin_Attributes"):
+                args = ffi.new("PJRT_Plugin_Attributes_Args*")
+                args.struct_size = lib.PJRT_Plugin_Attributes_Args_STRUCT_SIZE
+                self.call("PJRT_Plugin_Attributes", args)
+                self._attributes = named_values(args.attributes, args.num_attributes)
+            else:
+                self._attributes = {}
+        return self._attributes
+
+    def __repr__(self) -> str:
+        return f"<Plugin {self.path} PJRT {self.version_text}>"
+
+
+def named_values(values: Any, count: int) -> dict[str, Any]:
+    """Decode an array of ``PJRT_NamedValue`` into a dict."""
+    out: dict[str, Any] = {}
+    for i in range(count):
+        v = values[i]
+        name = ffi.unpack(v.name, v.name_size).decode()
+        if v.type == lib.PJRT_NamedValue_kString:
+            out[name] = ffi.unpack(v.string_value, v.value_size).decode("utf-8", "replace")
+        elif v.type == lib.PJRT_NamedValue_kInt64:
+            out[name] = int(v.int64_value)
+        elif v.type == lib.PJRT_NamedValue_kInt64List:
+            out[name] = list(ffi.unpack(v.int64_array_value, v.value_size))
+        elif v.type == lib.PJRT_NamedValue_kFloat:
+            out[name] = float(v.float_value)
+        elif v.type == lib.PJRT_NamedValue_kBool:
+            out[name] = bool(v.bool_value)
+    return out
+
+
+def encode_named_values(options: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """Encode a dict as a ``PJRT_NamedValue[]``; returns it and the cdata to keep alive."""
+    values = ffi.new("PJRT_NamedValue[]", len(options))
+    keep: list[Any] = [values]
+    for i, (name, value) in enumerate(options.items()):
+        if not isinstance(name, str):
+            raise TypeError(f"option names must be str, got {name!r}")
+        v = values[i]
+        v.struct_size = lib.PJRT_NamedValue_STRUCT_SIZE
+        key = ffi.new("char[]", name.encode())
+        keep.append(key)
+        v.name, v.name_size = key, len(name.encode())
+        if isinstance(value, bool):
+            v.type, v.bool_value, v.value_size = lib.PJRT_NamedValue_kBool, value, 1
+        elif isinstance(value, int):
+            v.type, v.int64_value, v.value_size = lib.PJRT_NamedValue_kInt64, value, 1
+        elif isinstance(value, float):
+            v.type, v.float_value, v.value_size = lib.PJRT_NamedValue_kFloat, value, 1
+        elif isinstance(value, str):
+            text = value.encode()
+            data = ffi.new("char[]", text)
+            keep.append(data)
+            v.type, v.string_value, v.value_size = lib.PJRT_NamedValue_kString, data, len(text)
+        elif isinstance(value, (list, tuple)) and all(
+            isinstance(x, int) and not isinstance(x, bool) for x in value
+        ):
+            data = ffi.new("int64_t[]", list(value))
+            keep.append(data)
+            v.type, v.int64_array_value = lib.PJRT_NamedValue_kInt64List, data
+            v.value_size = len(value)
+        else:
+            raise TypeError(
+                f"option {name!r}: unsupported value {value!r} (use bool, int, float, str "
+                f"or a list of ints)"
+            )
+    return values, keep
+
+
+_LOADED: dict[str, Plugin] = {}
+_LOAD_LOCK = threading.Lock()
+
+
+def load_plugin(spec: str | os.PathLike[str] | None = None) -> Plugin:
+    """Load (once per process) and return the plugin named by ``spec``."""
+    path = find_plugin(spec)
+    with _LOAD_LOCK:
+        plugin = _LOADED.get(path)
+        if plugin is None:
+            plugin = Plugin(path)
+            _LOADED[path] = plugin
+        return plugin
