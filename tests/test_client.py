@@ -1,0 +1,82 @@
+"""Clients and devices."""
+
+from __future__ import annotations
+
+import pytest
+
+import pjrt_py
+
+
+def test_client_reports_platform_and_devices(client: pjrt_py.Client) -> None:
+    assert client.platform_name == "cpu"
+    assert isinstance(client.platform_version, str) and client.platform_version
+    assert client.process_index == 0
+    assert len(client.devices) >= 1
+    assert client.addressable_devices == client.devices  # one process: all addressable
+    assert client.default_device is client.addressable_devices[0]
+
+
+def test_devices_have_ids_kinds_and_a_readable_repr(client: pjrt_py.Client) -> None:
+    ids = [d.id for d in client.devices]
+    assert len(set(ids)) == len(ids)
+    for d in client.devices:
+        assert d.kind == "cpu"
+        assert d.is_addressable
+        assert d.process_index == 0
+        assert isinstance(d.local_hardware_id, int)
+        assert isinstance(d.attributes, dict)
+        assert repr(d).startswith(f"Device(id={d.id}, kind='cpu'")
+        assert d.platform == "cpu"
+
+
+def test_create_options_reach_the_plugin() -> None:
+    two = pjrt_py.Client(options={"cpu_device_count": 2})
+    assert len(two.devices) == 2
+    three = pjrt_py.Client("cpu", options={"cpu_device_count": 3})
+    assert len(three.devices) == 3
+
+
+@pytest.mark.parametrize("options", [["cpu_device_count"], {"x": object()}, {1: 2}])
+def test_bad_create_options_are_type_errors(options: object) -> None:
+    with pytest.raises(TypeError):
+        pjrt_py.Client(options=options)  # type: ignore[arg-type]
+
+
+def test_close_is_idempotent_and_use_after_close_raises(add_text: str) -> None:
+    c = pjrt_py.Client()
+    buf = c.buffer([1.0, 2.0])
+    exe = c.compile(add_text)
+    with c:
+        pass
+    assert c.closed
+    c.close()
+    with pytest.raises(ValueError, match="closed"):
+        c.compile(add_text)
+    with pytest.raises(ValueError, match="closed"):
+        c.buffer([1.0])
+    with pytest.raises(ValueError, match="closed"):
+        buf.to_numpy()
+    with pytest.raises(ValueError, match="closed"):
+        exe.execute_async(buf, buf)
+    assert "closed" in repr(c)
+
+
+def test_buffers_keep_the_client_alive(add_text: str) -> None:
+    import gc
+
+    import numpy as np
+
+    c = pjrt_py.Client()
+    buf = c.buffer(np.arange(4, dtype=np.int32))
+    exe = c.compile(add_text)
+    del c
+    gc.collect()
+    assert buf.to_numpy().tolist() == [0, 1, 2, 3]
+    assert exe.client.platform_name == "cpu"
+
+
+@pytest.fixture
+def add_text() -> str:
+    from conftest import ADD_F32_8
+
+    return ADD_F32_8

@@ -1,0 +1,149 @@
+"""Plugin discovery, loading, versions and the function-table slot check."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import ADD_F32_8, build_so, run_python
+
+import pjrt_py
+from pjrt_py.plugin import find_plugin
+
+
+def test_plugins_lists_the_installed_cpu_plugin() -> None:
+    found = pjrt_py.plugins()
+    cpu = [p for p in found if p.name == "cpu"]
+    assert cpu, found
+    assert Path(cpu[0].path).is_file()
+    assert cpu[0].path.endswith(".so")
+
+
+def test_api_version_is_a_major_minor_pair(client: pjrt_py.Client) -> None:
+    major, minor = client.plugin.api_version
+    assert (major, minor) >= (0, 40)
+    assert isinstance(major, int) and isinstance(minor, int)
+
+
+def test_plugin_attributes_are_decoded(client: pjrt_py.Client) -> None:
+    attrs = client.plugin.attributes
+    assert isinstance(attrs.get("stablehlo_current_version"), list)
+    assert all(isinstance(v, int) for v in attrs["stablehlo_current_version"])
+
+
+def test_plugin_is_loaded_once_per_path() -> None:
+    assert pjrt_py.load_plugin("cpu") is pjrt_py.load_plugin(find_plugin("cpu"))
+
+
+def test_missing_path_is_a_clear_error() -> None:
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        pjrt_py.Client("/nonexistent/plugin.so")
+
+
+def test_unknown_platform_name_is_a_clear_error() -> None:
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        pjrt_py.Client("not-a-platform")
+
+
+def test_shared_library_without_get_pjrt_api_is_refused(tmp_path: Path) -> None:
+    so = build_so(tmp_path, "not_a_plugin", "int some_function(void) { return 1; }\n")
+    with pytest.raises(pjrt_py.PluginLoadError, match="GetPjrtApi"):
+        pjrt_py.load_plugin(str(so))
+
+
+def test_non_library_file_is_refused(tmp_path: Path) -> None:
+    bogus = tmp_path / "bogus.so"
+    bogus.write_text("not an ELF file")
+    with pytest.raises(pjrt_py.PluginLoadError, match="cannot load"):
+        pjrt_py.load_plugin(str(bogus))
+
+
+def test_pjrt_plugin_environment_variable_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PJRT_PLUGIN", "/nonexistent/from_env.so")
+    with pytest.raises(FileNotFoundError, match="from_env"):
+        pjrt_py.Client()
+    monkeypatch.setenv("PJRT_PLUGIN", find_plugin("cpu"))
+    assert pjrt_py.Client().platform_name == "cpu"
+
+
+def test_explicit_path_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PJRT_PLUGIN", "/nonexistent/from_env.so")
+    assert pjrt_py.Client(find_plugin("cpu")).platform_name == "cpu"
+
+
+# A shim that advertises an older API: it forwards to the real CPU plugin but
+# reports a PJRT_Api.struct_size that ends right after PJRT_Client_Compile,
+# as a plugin built against an older header would. Nothing is mocked: every
+# function it exposes is the real plugin's.
+SHIM = """
+#include <dlfcn.h>
+#include <stddef.h>
+#include <string.h>
+#include "pjrt_c_api.h"
+
+static PJRT_Api shim;
+
+const PJRT_Api* GetPjrtApi(void) {
+  void* h = dlopen(REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return NULL;
+  const PJRT_Api* (*get)(void) = (const PJRT_Api* (*)(void))dlsym(h, "GetPjrtApi");
+  const PJRT_Api* real = get();
+  memcpy(&shim, real, sizeof(shim));
+  shim.struct_size = offsetof(PJRT_Api, PJRT_Client_Compile) + sizeof(void*);
+  shim.pjrt_api_version.minor_version = 7;
+  return &shim;
+}
+"""
+
+
+def test_function_beyond_struct_size_is_never_called(tmp_path: Path) -> None:
+    source = SHIM.replace("REAL_PLUGIN", f'"{find_plugin("cpu")}"')
+    so = build_so(tmp_path, "old_api_shim", source, include_header=True)
+    # In a subprocess: the shim loads a second copy of the CPU plugin.
+    result = run_python(
+        f"""
+        import numpy as np, pjrt_py
+        plugin = pjrt_py.load_plugin({str(so)!r})
+        assert plugin.api_version == (0, 7), plugin.api_version
+        assert plugin.supports("PJRT_Client_Compile")
+        assert not plugin.supports("PJRT_Client_BufferFromHostBuffer")
+        try:
+            pjrt_py.Client(plugin)
+        except pjrt_py.UnsupportedError as e:
+            print("UNSUPPORTED:", e)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "UNSUPPORTED:" in result.stdout
+    assert "not supported by this plugin (PJRT 0.7" in result.stdout
+    assert "PJRT_" in result.stdout
+
+
+def test_require_names_the_function_and_version(client: pjrt_py.Client) -> None:
+    with pytest.raises(pjrt_py.UnsupportedError, match="PJRT_Not_A_Function"):
+        client.plugin.require("PJRT_Not_A_Function")
+    client.plugin.require("PJRT_LoadedExecutable_Execute")  # present: no error
+
+
+def _newer_plugin() -> str | None:
+    newer = [p.path for p in pjrt_py.plugins() if p.path.endswith("pjrt_c_api_cpu_plugin.so")]
+    return newer[0] if newer else None
+
+
+@pytest.mark.skipif(
+    _newer_plugin() is None, reason="lammps-jax-pjrt-cpu (a PJRT 0.115 plugin, test extra) not installed"
+)
+def test_newer_plugin_than_our_header_works() -> None:
+    result = run_python(
+        f"""
+        import numpy as np, pjrt_py
+        c = pjrt_py.Client({_newer_plugin()!r})
+        assert c.plugin.api_version > (0, 81), c.plugin.api_version
+        exe = c.compile({ADD_F32_8!r})
+        out = exe.execute(np.arange(8, dtype=np.float32), np.ones(8, np.float32)).to_numpy()
+        assert out.tolist() == list(range(1, 9)), out
+        print("OK")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout
