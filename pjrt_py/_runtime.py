@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import weakref
 from typing import Any
 
 from ._ffi import lib
@@ -25,6 +26,9 @@ class _State:
 
 
 state = _State()
+
+# Every live client's handle, for the exit sequence.
+_clients: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 _holds: list[tuple[Any, Any, Any]] = []  # (api, event, objects to keep alive)
 _holds_lock = threading.Lock()
@@ -56,6 +60,10 @@ def _sweep_locked() -> None:
     _holds[:] = still
 
 
+def register_client(client: Any) -> None:
+    _clients[id(client)] = client
+
+
 def pending_holds() -> int:
     """How many host-memory holds are still waiting for PJRT (for tests)."""
     with _holds_lock:
@@ -65,6 +73,15 @@ def pending_holds() -> int:
 
 @atexit.register
 def _at_exit() -> None:
+    """Quiesce PJRT before the interpreter and the process tear down.
+
+    1. Wait for transfers that still read or write host memory.
+    2. Stop PJRT callbacks from entering Python (waiting out running ones).
+    3. Stop all further PJRT calls from finalizers.
+    4. Destroy every live client: that drains and joins the plugin's worker
+       threads, which would otherwise still run in-flight executions while
+       the process destroys the plugin's static objects (a crash).
+    """
     with _holds_lock:
         holds = list(_holds)
         _holds.clear()
@@ -73,3 +90,7 @@ def _at_exit() -> None:
         lib.pjrt_py_event_destroy(api, event)
     lib.pjrt_py_shutdown()
     state.finalizing = True
+    for client in list(_clients.values()):
+        h = getattr(client, "_h", None)
+        if h is not None:
+            lib.pjrt_py_client_destroy_at_exit(h)

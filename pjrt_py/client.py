@@ -61,6 +61,7 @@ class Client:
         if self._h == ffi.NULL:
             raise MemoryError("cannot allocate the client handle")
         self._closed = False
+        _runtime.register_client(self)
 
         self.platform_name: str = self._string("PJRT_Client_PlatformName", "platform_name")
         self.platform_version: str = self._string(

@@ -152,7 +152,7 @@ class Executable:
         if isinstance(arg, BufferPromise):
             arg = arg.buffer()
         elif not isinstance(arg, Buffer):
-            if isinstance(arg, np.ndarray) or np.isscalar(arg):
+            if isinstance(arg, (np.ndarray, np.generic, bool, int, float, complex)):
                 arg = self._client.buffer_async(arg, self.devices[0]).buffer()
                 keep.append(arg)
             else:

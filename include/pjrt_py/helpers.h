@@ -44,6 +44,8 @@ pjrt_py_client* pjrt_py_client_wrap(const PJRT_Api* api, PJRT_Client* client);
 void pjrt_py_client_ref(pjrt_py_client* c);
 void pjrt_py_client_unref(pjrt_py_client* c);
 long pjrt_py_client_refs(pjrt_py_client* c);
+/* At interpreter exit: destroy the PJRT client now (joins its threads). */
+void pjrt_py_client_destroy_at_exit(pjrt_py_client* c);
 /* Destroy a buffer / an executable and drop its client reference. */
 void pjrt_py_buffer_destroy(pjrt_py_client* c, PJRT_Buffer* buffer);
 void pjrt_py_loaded_executable_destroy(pjrt_py_client* c, PJRT_LoadedExecutable* exe,

@@ -1,0 +1,131 @@
+"""Lifetimes: leaks, threads, and exiting with work in flight."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+from conftest import ADD_F32_8, matmul_chain, run_python
+
+import pjrt_py
+from pjrt_py._ffi import lib
+
+
+def live_children(client: pjrt_py.Client) -> int:
+    """Buffers and executables alive in C (the client's own reference excluded)."""
+    return int(lib.pjrt_py_client_refs(client._h)) - (0 if client.closed else 1)
+
+
+def test_dropped_buffers_and_promises_release_their_handles() -> None:
+    client = pjrt_py.Client()
+    exe = client.compile(ADD_F32_8)
+    x = client.buffer(np.ones(8, np.float32))
+    baseline = live_children(client)
+    for _ in range(200):
+        p = exe.execute_async(x, x)
+        exe.execute_async(p, np.ones(8, np.float32)).to_numpy_async().value()
+        p.is_ready()
+    del p
+    gc.collect()
+    assert live_children(client) == baseline
+
+
+def test_closing_a_client_frees_it_after_its_last_child() -> None:
+    client = pjrt_py.Client()
+    buf = client.buffer(np.ones(3))
+    h = client._h
+    client.close()
+    assert lib.pjrt_py_client_refs(h) == 1  # only the buffer holds it now
+    del buf
+    gc.collect()
+    # the PJRT client is destroyed: nothing of ours may touch h again
+
+
+def test_finalizers_in_a_garbage_cycle_are_safe() -> None:
+    # Python may finalize a cycle's members in any order; the C refcount
+    # keeps the PJRT client alive until its last buffer is gone.
+    for _ in range(20):
+        client = pjrt_py.Client()
+        holder: dict[str, object] = {"client": client, "buf": client.buffer(np.ones(4))}
+        holder["self"] = holder
+        holder["exe"] = client.compile(ADD_F32_8)
+        del client, holder
+        gc.collect()
+
+
+def test_many_threads_dispatch_at_once(client: pjrt_py.Client, add_exe) -> None:  # type: ignore[no-untyped-def]
+    x = client.buffer(np.arange(8, dtype=np.float32))
+    errors: list[BaseException] = []
+    results: list[np.ndarray] = []
+    lock = threading.Lock()
+
+    def worker(k: int) -> None:
+        try:
+            y = client.buffer_async(np.full(8, k, np.float32))
+            p = add_exe.execute_async(x, y)
+            for _ in range(300):
+                p = add_exe.execute_async(p, y)
+            out = p.to_numpy()
+            with lock:
+                results.append(out - k * 301)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 8
+    for r in results:
+        np.testing.assert_array_equal(r, np.arange(8, dtype=np.float32))
+
+
+def test_interpreter_exit_with_work_in_flight_does_not_crash() -> None:
+    result = run_python(
+        f"""
+        import numpy as np, pjrt_py
+        c = pjrt_py.Client()
+        exe = c.compile({matmul_chain(800, 12)!r})
+        x = c.buffer(np.eye(800, dtype=np.float32))
+        pending = [exe.execute_async(x) for _ in range(3)]
+        arrays = [p.to_numpy_async() for p in pending]
+        pending[-1].add_done_callback(lambda p: print("callback"))
+        big = np.ones(1 << 22, np.float32)
+        staged = c.buffer_async(big)
+        del big
+        print("exiting", any(not a.is_ready() for a in arrays), flush=True)
+        """
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "exiting True" in result.stdout  # work really was in flight
+    assert "Fatal" not in result.stderr and "Segmentation" not in result.stderr
+
+
+def test_exit_with_dropped_pending_copies_does_not_crash() -> None:
+    result = run_python(
+        f"""
+        import numpy as np, pjrt_py
+        c = pjrt_py.Client()
+        exe = c.compile({matmul_chain(800, 12)!r})
+        x = c.buffer(np.eye(800, dtype=np.float32))
+        for _ in range(3):
+            exe.execute_async(x).to_numpy_async()   # promise dropped at once
+        print("done", flush=True)
+        """
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "done" in result.stdout
+
+
+@pytest.mark.parametrize("method", ["to_numpy", "execute"])
+def test_closed_client_children_raise_not_crash(method: str) -> None:
+    client = pjrt_py.Client()
+    buf = client.buffer(np.ones(8, np.float32))
+    exe = client.compile(ADD_F32_8)
+    client.close()
+    with pytest.raises(ValueError, match="closed"):
+        buf.to_numpy() if method == "to_numpy" else exe.execute(buf, buf)

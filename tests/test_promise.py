@@ -1,0 +1,185 @@
+"""Promises: asynchrony, readiness, timeouts, errors, callbacks and asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import matmul_chain
+
+import pjrt_py
+
+# Dense work the CPU plugin runs off the calling thread (tens of ms here).
+HEAVY = matmul_chain(1000, 8)
+
+
+@pytest.fixture(scope="module")
+def heavy(client: pjrt_py.Client) -> tuple[pjrt_py.Executable, pjrt_py.Buffer]:
+    exe = client.compile(HEAVY)
+    x = client.buffer((np.eye(1000) * 0.5).astype(np.float32))
+    exe.execute(x)  # warm-up
+    return exe, x
+
+
+def expected_heavy() -> np.ndarray:
+    x = (np.eye(1000) * 0.5).astype(np.float64)
+    for _ in range(8):
+        x = np.tanh(x @ x)
+    return x.astype(np.float32)
+
+
+def test_execute_async_returns_before_completion(heavy) -> None:  # type: ignore[no-untyped-def]
+    exe, x = heavy
+    promise = exe.execute_async(x)
+    assert not promise.is_ready()  # dispatch returned while the work runs
+    assert not pjrt_py.is_ready(promise)
+    out = pjrt_py.value(pjrt_py.to_numpy_async(promise))
+    assert promise.is_ready()
+    np.testing.assert_allclose(out, expected_heavy(), rtol=1e-4, atol=1e-6)
+
+
+def test_to_numpy_async_chains_after_pending_work(heavy) -> None:  # type: ignore[no-untyped-def]
+    exe, x = heavy
+    array_promise = exe.execute_async(x).to_numpy_async()
+    assert not array_promise.is_ready()
+    np.testing.assert_allclose(array_promise.value(), expected_heavy(), rtol=1e-4, atol=1e-6)
+
+
+def test_value_timeout_raises_and_the_work_goes_on(heavy) -> None:  # type: ignore[no-untyped-def]
+    exe, x = heavy
+    promise = exe.execute_async(x)
+    with pytest.raises(TimeoutError):
+        promise.value(timeout=0.0005)
+    assert isinstance(promise.value(timeout=60), pjrt_py.Buffer)
+
+
+def test_value_releases_the_gil(heavy) -> None:  # type: ignore[no-untyped-def]
+    exe, x = heavy
+    ticks = 0
+    stop = threading.Event()
+
+    def spin() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        time.sleep(0.01)
+        before = ticks
+        exe.execute_async(x).value()  # tens of ms of waiting
+        during = ticks - before
+    finally:
+        stop.set()
+        t.join()
+    assert during > 3  # the other thread ran while we waited
+
+
+def test_is_ready_never_blocks(heavy) -> None:  # type: ignore[no-untyped-def]
+    exe, x = heavy
+    promise = exe.execute_async(x)
+    t0 = time.perf_counter()
+    for _ in range(100):
+        promise.is_ready()
+    assert time.perf_counter() - t0 < 0.02  # far below the work's duration
+    promise.value()
+
+
+def test_await_in_asyncio(heavy) -> None:  # type: ignore[no-untyped-def]
+    exe, x = heavy
+
+    async def main() -> tuple[np.ndarray, int]:
+        promise = exe.execute_async(x)
+        loop_ticks = 0
+
+        async def ticker() -> None:
+            nonlocal loop_ticks
+            while True:
+                loop_ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        buf = await promise  # the loop keeps running while we wait
+        array = await buf.to_numpy_async()
+        task.cancel()
+        return array, loop_ticks
+
+    array, ticks = asyncio.run(main())
+    np.testing.assert_allclose(array, expected_heavy(), rtol=1e-4, atol=1e-6)
+    assert ticks > 1
+
+
+def test_await_a_ready_promise(client: pjrt_py.Client) -> None:
+    async def main() -> np.ndarray:
+        return await client.buffer(np.arange(3)).to_numpy_async()
+
+    np.testing.assert_array_equal(asyncio.run(main()), np.arange(3))
+
+
+def test_add_done_callback_fires_once_from_on_ready(heavy) -> None:  # type: ignore[no-untyped-def]
+    exe, x = heavy
+    promise = exe.execute_async(x)
+    fired = threading.Event()
+    seen: list[object] = []
+
+    def callback(p: pjrt_py.Promise) -> None:  # type: ignore[type-arg]
+        seen.append(p)
+        fired.set()
+
+    promise.add_done_callback(callback)
+    assert fired.wait(60)
+    assert seen == [promise] and promise.is_ready()
+    late: list[object] = []
+    promise.add_done_callback(late.append)  # ready: runs at once
+    assert late == [promise]
+
+
+def test_a_failing_callback_does_not_break_others(heavy, caplog) -> None:  # type: ignore[no-untyped-def]
+    exe, x = heavy
+    promise = exe.execute_async(x)
+    done = threading.Event()
+
+    def bad(_: object) -> None:
+        raise RuntimeError("boom")
+
+    promise.add_done_callback(bad)
+    promise.add_done_callback(lambda _: done.set())
+    assert done.wait(60)
+
+
+def test_error_of_async_work_raises_at_value(client: pjrt_py.Client) -> None:
+    from test_execute import DONATING
+
+    exe = client.compile(DONATING)
+    a = client.buffer(np.ones(8, np.float32))
+    exe.execute(a)  # donates a: PJRT now reports it as an error
+    promise = pjrt_py.BufferPromise((a,))
+    assert promise.is_ready()  # readiness includes failure
+    with pytest.raises(pjrt_py.InvalidArgumentError) as info:
+        promise.value()
+    assert info.value.code == 3
+    assert isinstance(promise.exception(), pjrt_py.InvalidArgumentError)
+    with pytest.raises(pjrt_py.InvalidArgumentError):
+        promise.value()  # every time
+
+
+def test_module_level_api_mirrors_the_r_package() -> None:
+    x = pjrt_py.buffer_async(np.arange(4, dtype=np.float32))
+    exe = pjrt_py.compile(
+        "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "  %0 = stablehlo.multiply %x, %x : tensor<4xf32>\n"
+        "  return %0 : tensor<4xf32>\n}"
+    )
+    out = pjrt_py.execute_async(exe, x)
+    array = pjrt_py.to_numpy_async(out)
+    np.testing.assert_array_equal(pjrt_py.value(array), np.arange(4, dtype=np.float32) ** 2)
+    assert pjrt_py.is_ready(array)
+    assert pjrt_py.value(5) == 5 and pjrt_py.is_ready(5)
+    np.testing.assert_array_equal(pjrt_py.to_numpy(pjrt_py.execute(exe, x)), [0, 1, 4, 9])
+    with pytest.raises(TypeError):
+        pjrt_py.to_numpy_async(np.ones(3))  # type: ignore[arg-type]
