@@ -1,0 +1,134 @@
+"""The ``pjrt-py`` command (also ``python -m pjrt_py``).
+
+    pjrt-py info                 plugins, API versions, devices
+    pjrt-py smoke                compile and run a built-in program on every plugin
+    pjrt-py run FILE.mlir [-i x.npy ...] [-o out.npy ...] [--plugin P]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+SMOKE_PROGRAM = """
+func.func @main(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.multiply %x, %y : tensor<4xf32>
+  %1 = stablehlo.add %0, %x : tensor<4xf32>
+  return %1 : tensor<4xf32>
+}
+"""
+
+
+def _info(_: argparse.Namespace) -> int:
+    from . import Client, load_plugin, plugins
+
+    found = plugins()
+    if not found:
+        print("no PJRT plugins found")
+        return 1
+    for info in found:
+        print(f"{info.name}: {info.path}")
+        try:
+            plugin = load_plugin(info.path)
+            print(f"  PJRT API {plugin.version_text}")
+            for key, value in sorted(plugin.attributes.items()):
+                print(f"  {key} = {value}")
+            client = Client(plugin)
+            print(f"  platform {client.platform_name} ({client.platform_version})")
+            for device in client.devices:
+                print(f"  {device!r}")
+        except Exception as exc:  # report and go on to the next plugin
+            print(f"  unavailable: {type(exc).__name__}: {exc}")
+    return 0
+
+
+def _smoke_one(path: str) -> None:
+    from . import Client
+
+    client = Client(path)
+    exe = client.compile(SMOKE_PROGRAM)
+    x = np.array([1, 2, 3, 4], np.float32)
+    y = np.array([0.5, -1, 2, 0], np.float32)
+    out = exe.execute_async(x, y).to_numpy_async().value()
+    np.testing.assert_allclose(out, x * y + x)
+
+
+def _smoke(args: argparse.Namespace) -> int:
+    from . import plugins
+
+    if args.only:  # the child process for one plugin
+        _smoke_one(args.only)
+        return 0
+    found = plugins()
+    if not found:
+        print("FAIL: no PJRT plugins found")
+        return 1
+    failures = 0
+    for info in found:
+        # One process per plugin: a plugin that aborts cannot take the rest down.
+        proc = subprocess.run(
+            [sys.executable, "-m", "pjrt_py", "smoke", "--only", info.path],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode == 0:
+            print(f"ok    {info.name}: {info.path}")
+        else:
+            failures += 1
+            reason = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            print(f"FAIL  {info.name}: {info.path}: {reason}")
+    return 1 if failures else 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from . import Client
+
+    with open(args.program) as f:
+        program = f.read()
+    client = Client(args.plugin)
+    exe = client.compile(program)
+    inputs = [np.load(path) for path in args.input]
+    result = exe.execute(*inputs)
+    outputs = [] if result is None else list(result) if isinstance(result, tuple) else [result]
+    arrays = [b.to_numpy() for b in outputs]
+    if args.output and len(args.output) != len(arrays):
+        print(f"error: {len(arrays)} output(s) but {len(args.output)} -o path(s)", file=sys.stderr)
+        return 2
+    for i, array in enumerate(arrays):
+        if args.output:
+            np.save(args.output[i], array)
+            print(f"output {i}: {array.dtype}{list(array.shape)} -> {args.output[i]}")
+        else:
+            print(f"output {i}: {array.dtype}{list(array.shape)}")
+            print(np.array2string(array, threshold=64))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="pjrt-py", description="PJRT plugins from Python")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("info", help="list plugins, API versions and devices").set_defaults(fn=_info)
+    smoke = sub.add_parser("smoke", help="compile and run a program on every plugin found")
+    smoke.add_argument("--only", help=argparse.SUPPRESS)
+    smoke.set_defaults(fn=_smoke)
+    run = sub.add_parser("run", help="run a StableHLO/MLIR text program")
+    run.add_argument("program", help="a .mlir text file with a @main function")
+    run.add_argument("-i", "--input", action="append", default=[], help=".npy input (repeat)")
+    run.add_argument("-o", "--output", action="append", default=[], help=".npy output (repeat)")
+    run.add_argument("--plugin", help="cpu, cuda, tpu, rocm or a plugin path")
+    run.set_defaults(fn=_run)
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.fn(args)
+    except Exception as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

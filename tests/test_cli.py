@@ -1,0 +1,65 @@
+"""The pjrt-py command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from conftest import ADD_F32_8
+
+
+def pjrt_py(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pjrt_py", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_info_lists_plugins_versions_and_devices() -> None:
+    result = pjrt_py("info")
+    assert result.returncode == 0, result.stderr
+    assert "xla_cpu_pjrt.so" in result.stdout
+    assert "PJRT API 0.81" in result.stdout
+    assert "Device(id=0, kind='cpu'" in result.stdout
+
+
+def test_smoke_runs_every_plugin() -> None:
+    result = pjrt_py("smoke")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("ok ") >= 1
+    assert "FAIL" not in result.stdout
+
+
+def test_smoke_child_fails_for_a_broken_plugin() -> None:
+    result = pjrt_py("smoke", "--only", "/nonexistent/plugin.so")
+    assert result.returncode == 1
+    assert "FileNotFoundError" in result.stderr
+
+
+def test_run_with_npy_inputs_and_outputs(tmp_path: Path) -> None:
+    program = tmp_path / "add.mlir"
+    program.write_text(ADD_F32_8)
+    x, y = np.arange(8, dtype=np.float32), np.full(8, 0.5, np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    out = tmp_path / "out.npy"
+    result = pjrt_py(
+        "run", str(program), "-i", str(tmp_path / "x.npy"), "-i", str(tmp_path / "y.npy"),
+        "-o", str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(np.load(out), x + y)
+    printed = pjrt_py("run", str(program), "-i", str(tmp_path / "x.npy"), "-i",
+                      str(tmp_path / "y.npy"))
+    assert printed.returncode == 0
+    assert "output 0: float32[8]" in printed.stdout and "7.5]" in printed.stdout
+
+
+def test_run_reports_errors_cleanly(tmp_path: Path) -> None:
+    program = tmp_path / "bad.mlir"
+    program.write_text("this is not mlir")
+    result = pjrt_py("run", str(program))
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: ")
+    assert "Traceback" not in result.stderr
