@@ -54,7 +54,8 @@ def run(n: int = 20000, repeats: int = 15) -> dict[str, Any]:
     try:
         import jax
 
-        jx, jy = jax.device_put(np.arange(8, dtype=np.float32)), jax.device_put(np.ones(8, np.float32))
+        jx = jax.device_put(np.arange(8, dtype=np.float32))
+        jy = jax.device_put(np.ones(8, np.float32))
         compiled = jax.jit(lambda a, b: a + b).lower(jx, jy).compile()
 
         def jax_call(k: int) -> None:
@@ -86,9 +87,7 @@ def run(n: int = 20000, repeats: int = 15) -> dict[str, Any]:
         "machine": machine(),
     }
     if "jax.compiled" in results:
-        report["ratio_to_jax"] = {
-            k: v / results["jax.compiled"] for k, v in results.items()
-        }
+        report["ratio_to_jax"] = {k: v / results["jax.compiled"] for k, v in results.items()}
     return report
 
 

@@ -188,8 +188,9 @@ _new = object.__new__
 _state = _runtime.state
 
 
-def host_to_device(client: Client, value: Any, device: Device | None,
-                   zero_copy: bool) -> BufferPromise:
+def host_to_device(
+    client: Client, value: Any, device: Device | None, zero_copy: bool
+) -> BufferPromise:
     """Start a host-to-device transfer of a numpy array or scalar."""
     if isinstance(value, (Buffer, BufferPromise)):
         raise TypeError("already a device buffer; use copy_to_device to move it")
@@ -210,8 +211,15 @@ def host_to_device(client: Client, value: Any, device: Device | None,
     done = ffi.new("PJRT_Event**")
     data = ffi.from_buffer(array, require_writable=False) if array.size else ffi.NULL
     error = lib.pjrt_py_buffer_from_host(
-        client._h, data, code, array.shape, array.ndim, semantics,
-        target._ptr, out, done,
+        client._h,
+        data,
+        code,
+        array.shape,
+        array.ndim,
+        semantics,
+        target._ptr,
+        out,
+        done,
     )
     if error:
         raise error_from_pjrt(client._api, error)
@@ -233,12 +241,14 @@ def _check_zero_copy(client: Client, array: np.ndarray[Any, Any]) -> None:
         )
 
 
-def aligned_empty(shape: Any, dtype: Any = np.float32,
-                  alignment: int = ZERO_COPY_ALIGNMENT) -> np.ndarray[Any, Any]:
+def aligned_empty(
+    shape: Any, dtype: Any = np.float32, alignment: int = ZERO_COPY_ALIGNMENT
+) -> np.ndarray[Any, Any]:
     """An uninitialised C-contiguous array whose data is ``alignment``-aligned."""
     dtype = np.dtype(dtype)
-    shape = tuple(np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    dims = tuple(int(d) for d in np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
+    nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + alignment, np.uint8)
     offset = -raw.ctypes.data % alignment
-    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
+    out: np.ndarray[Any, Any] = raw[offset : offset + nbytes].view(dtype).reshape(dims)
+    return out

@@ -1,8 +1,8 @@
 """The ``pjrt-py`` command (also ``python -m pjrt_py``).
 
-    pjrt-py info                 plugins, API versions, devices
-    pjrt-py smoke                compile and run a built-in program on every plugin
-    pjrt-py run FILE.mlir [-i x.npy ...] [-o out.npy ...] [--plugin P]
+pjrt-py info                 plugins, API versions, devices
+pjrt-py smoke                compile and run a built-in program on every plugin
+pjrt-py run FILE.mlir [-i x.npy ...] [-o out.npy ...] [--plugin P]
 """
 
 from __future__ import annotations

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import numpy as np
-
 from . import _runtime
 from ._ffi import ffi, lib
 from .buffer import Buffer, host_to_device
@@ -64,9 +62,7 @@ class Client:
         _runtime.register_client(self)
 
         self.platform_name: str = self._string("PJRT_Client_PlatformName", "platform_name")
-        self.platform_version: str = self._string(
-            "PJRT_Client_PlatformVersion", "platform_version"
-        )
+        self.platform_version: str = self._string("PJRT_Client_PlatformVersion", "platform_version")
         index = ffi.new("PJRT_Client_ProcessIndex_Args*")
         index.struct_size = lib.PJRT_Client_ProcessIndex_Args_STRUCT_SIZE
         index.client = self._ptr
@@ -197,8 +193,9 @@ class Client:
         self._check_open()
         return host_to_device(self, value, device, zero_copy)
 
-    def buffer(self, value: Any, device: Device | None = None, *,
-               zero_copy: bool = False) -> Buffer:
+    def buffer(
+        self, value: Any, device: Device | None = None, *, zero_copy: bool = False
+    ) -> Buffer:
         """Move a numpy array or scalar to ``device`` and wait until it is there."""
         promise = self.buffer_async(value, device, zero_copy=zero_copy)
         result: Buffer = promise.value()

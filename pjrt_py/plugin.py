@@ -21,10 +21,14 @@ from .errors import PluginLoadError, UnsupportedError, check
 # Which installed wheels provide which platform, in the order they are tried:
 # (package that holds the plugin, glob for the .so inside it).
 _WHEELS: dict[str, list[tuple[str, str]]] = {
-    "cpu": [("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so"),
-            ("lammps_jax_pjrt_cpu", "pjrt_c_api_cpu_plugin.so")],
-    "cuda": [("jax_plugins", "xla_cuda13/xla_cuda_plugin.so"),
-             ("jax_plugins", "xla_cuda12/xla_cuda_plugin.so")],
+    "cpu": [
+        ("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so"),
+        ("lammps_jax_pjrt_cpu", "pjrt_c_api_cpu_plugin.so"),
+    ],
+    "cuda": [
+        ("jax_plugins", "xla_cuda13/xla_cuda_plugin.so"),
+        ("jax_plugins", "xla_cuda12/xla_cuda_plugin.so"),
+    ],
     "tpu": [("libtpu", "libtpu.so")],
     "rocm": [("jax_plugins", "xla_rocm*/xla_rocm_plugin.so")],
 }

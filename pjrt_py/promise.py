@@ -13,6 +13,7 @@ waiting on an event can never see it freed underneath it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -222,10 +223,8 @@ class Promise(Generic[T]):
             future: asyncio.Future[None] = loop.create_future()
 
             def wake(_: Promise[T]) -> None:
-                try:
+                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
                     loop.call_soon_threadsafe(_resolve, future)
-                except RuntimeError:  # the loop was closed meanwhile
-                    pass
 
             self.add_done_callback(wake)
             yield from future.__await__()
@@ -268,8 +267,9 @@ class BufferPromise(Promise[Any]):
     _buffers: tuple[Buffer, ...]
     _arity: int  # 1: value is a Buffer; 0: None; else a tuple
 
-    def __init__(self, buffers: tuple[Buffer, ...], arity: int = 1,
-                 state: _Events | None = None) -> None:
+    def __init__(
+        self, buffers: tuple[Buffer, ...], arity: int = 1, state: _Events | None = None
+    ) -> None:
         self._buffers = buffers
         self._arity = arity
         self._st = state
@@ -313,8 +313,9 @@ class ArrayPromise(Promise[np.ndarray[Any, Any]]):
 
     __slots__ = ("_array",)
 
-    def __init__(self, api: Any, array: np.ndarray[Any, Any], source: Buffer,
-                 events: list[Any]) -> None:
+    def __init__(
+        self, api: Any, array: np.ndarray[Any, Any], source: Buffer, events: list[Any]
+    ) -> None:
         self._array = array
         # The array and its source buffer stay alive until the copy is done.
         self._st = _Events(api, events, keep=(array, source))

@@ -15,9 +15,21 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_dispatch_benchmark_writes_well_formed_json(tmp_path: Path) -> None:
     out = tmp_path / "dispatch.json"
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.dispatch", "--n", "200", "--repeats", "2",
-         "--json", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.dispatch",
+            "--n",
+            "200",
+            "--repeats",
+            "2",
+            "--json",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())

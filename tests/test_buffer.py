@@ -171,8 +171,18 @@ def test_buffers_cannot_be_made_directly() -> None:
 @given(
     hnp.arrays(
         dtype=st.sampled_from(
-            [np.bool_, np.int8, np.uint16, np.int32, np.int64, np.float16, np.float32,
-             np.float64, np.complex64, np.complex128]
+            [
+                np.bool_,
+                np.int8,
+                np.uint16,
+                np.int32,
+                np.int64,
+                np.float16,
+                np.float32,
+                np.float64,
+                np.complex64,
+                np.complex128,
+            ]
         ),
         shape=hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5),
     )

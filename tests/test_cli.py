@@ -45,13 +45,20 @@ def test_run_with_npy_inputs_and_outputs(tmp_path: Path) -> None:
     np.save(tmp_path / "y.npy", y)
     out = tmp_path / "out.npy"
     result = pjrt_py(
-        "run", str(program), "-i", str(tmp_path / "x.npy"), "-i", str(tmp_path / "y.npy"),
-        "-o", str(out),
+        "run",
+        str(program),
+        "-i",
+        str(tmp_path / "x.npy"),
+        "-i",
+        str(tmp_path / "y.npy"),
+        "-o",
+        str(out),
     )
     assert result.returncode == 0, result.stderr
     np.testing.assert_array_equal(np.load(out), x + y)
-    printed = pjrt_py("run", str(program), "-i", str(tmp_path / "x.npy"), "-i",
-                      str(tmp_path / "y.npy"))
+    printed = pjrt_py(
+        "run", str(program), "-i", str(tmp_path / "x.npy"), "-i", str(tmp_path / "y.npy")
+    )
     assert printed.returncode == 0
     assert "output 0: float32[8]" in printed.stdout and "7.5]" in printed.stdout
 

@@ -131,7 +131,8 @@ def _newer_plugin() -> str | None:
 
 
 @pytest.mark.skipif(
-    _newer_plugin() is None, reason="lammps-jax-pjrt-cpu (a PJRT 0.115 plugin, test extra) not installed"
+    _newer_plugin() is None,
+    reason="lammps-jax-pjrt-cpu (a PJRT 0.115 plugin, in the test extra) is not installed",
 )
 def test_newer_plugin_than_our_header_works() -> None:
     result = run_python(
