@@ -75,15 +75,9 @@ class Buffer:
     def _metadata(self) -> tuple[tuple[int, ...], np.dtype[Any]]:
         meta = self._meta
         if meta is None:
-            ptr, plugin = self._live(), self._client.plugin
-            dims = ffi.new("PJRT_Buffer_Dimensions_Args*")
-            dims.struct_size = lib.PJRT_Buffer_Dimensions_Args_STRUCT_SIZE
-            dims.buffer = ptr
-            plugin.call("PJRT_Buffer_Dimensions", dims)
-            kind = ffi.new("PJRT_Buffer_ElementType_Args*")
-            kind.struct_size = lib.PJRT_Buffer_ElementType_Args_STRUCT_SIZE
-            kind.buffer = ptr
-            plugin.call("PJRT_Buffer_ElementType", kind)
+            ptr, invoke = self._live(), self._client.plugin.invoke
+            dims = invoke("PJRT_Buffer_Dimensions", buffer=ptr)
+            kind = invoke("PJRT_Buffer_ElementType", buffer=ptr)
             meta = (tuple(ffi.unpack(dims.dims, dims.num_dims)), numpy_dtype(kind.type))
             self._meta = meta
         return meta
@@ -110,18 +104,12 @@ class Buffer:
 
     @property
     def device(self) -> Device:
-        args = ffi.new("PJRT_Buffer_Device_Args*")
-        args.struct_size = lib.PJRT_Buffer_Device_Args_STRUCT_SIZE
-        args.buffer = self._live()
-        self._client.plugin.call("PJRT_Buffer_Device", args)
+        args = self._client.plugin.invoke("PJRT_Buffer_Device", buffer=self._live())
         return self._client._device_for(args.device)
 
     def unsafe_pointer(self) -> int:
         """The buffer's device address as PJRT reports it (debugging only)."""
-        args = ffi.new("PJRT_Buffer_UnsafePointer_Args*")
-        args.struct_size = lib.PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE
-        args.buffer = self._live()
-        self._client.plugin.call("PJRT_Buffer_UnsafePointer", args)
+        args = self._client.plugin.invoke("PJRT_Buffer_UnsafePointer", buffer=self._live())
         return int(args.buffer_pointer)
 
     # -- readiness ------------------------------------------------------

@@ -47,12 +47,10 @@ class Client:
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict, got {type(options).__name__}")
         values, keep = encode_named_values(options or {})
-        args = ffi.new("PJRT_Client_Create_Args*")
-        args.struct_size = lib.PJRT_Client_Create_Args_STRUCT_SIZE
-        args.create_options = values
-        args.num_options = len(options or {})
         self._closed = True  # until fully made: __del__ must not unref
-        self.plugin.call("PJRT_Client_Create", args)
+        args = self.plugin.invoke(
+            "PJRT_Client_Create", create_options=values, num_options=len(options or {})
+        )
         del keep
         self._ptr = args.client
         self._h = lib.pjrt_py_client_wrap(self._api, self._ptr)
@@ -63,11 +61,9 @@ class Client:
 
         self.platform_name: str = self._string("PJRT_Client_PlatformName", "platform_name")
         self.platform_version: str = self._string("PJRT_Client_PlatformVersion", "platform_version")
-        index = ffi.new("PJRT_Client_ProcessIndex_Args*")
-        index.struct_size = lib.PJRT_Client_ProcessIndex_Args_STRUCT_SIZE
-        index.client = self._ptr
-        self.plugin.call("PJRT_Client_ProcessIndex", index)
-        self.process_index: int = index.process_index
+        self.process_index: int = self.plugin.invoke(
+            "PJRT_Client_ProcessIndex", client=self._ptr
+        ).process_index
 
         self._devices_by_ptr: dict[int, Device] = {}
         self.devices: list[Device] = self._device_list("PJRT_Client_Devices", "devices")
@@ -79,17 +75,11 @@ class Client:
 
     # -- construction helpers ------------------------------------------
     def _string(self, function: str, field: str) -> str:
-        args = ffi.new(f"{function}_Args*")
-        args.struct_size = getattr(lib, f"{function}_Args_STRUCT_SIZE")
-        args.client = self._ptr
-        self.plugin.call(function, args)
+        args = self.plugin.invoke(function, client=self._ptr)
         return str(ffi.unpack(getattr(args, field), getattr(args, f"{field}_size")).decode())
 
     def _device_list(self, function: str, field: str) -> list[Device]:
-        args = ffi.new(f"{function}_Args*")
-        args.struct_size = getattr(lib, f"{function}_Args_STRUCT_SIZE")
-        args.client = self._ptr
-        self.plugin.call(function, args)
+        args = self.plugin.invoke(function, client=self._ptr)
         count = getattr(args, f"num_{field}")
         ptrs = getattr(args, field)
         return [self._device_for(ptrs[i]) for i in range(count)]
@@ -169,13 +159,14 @@ class Client:
         prog.struct_size = lib.PJRT_Program_STRUCT_SIZE
         prog.code, prog.code_size = code_buf, len(code)
         prog.format, prog.format_size = fmt, 4
-        args = ffi.new("PJRT_Client_Compile_Args*")
-        args.struct_size = lib.PJRT_Client_Compile_Args_STRUCT_SIZE
-        args.client = self._ptr
-        args.program = prog
         opts = ffi.new("char[]", options)
-        args.compile_options, args.compile_options_size = opts, len(options)
-        self.plugin.call("PJRT_Client_Compile", args)
+        args = self.plugin.invoke(
+            "PJRT_Client_Compile",
+            client=self._ptr,
+            program=prog,
+            compile_options=opts,
+            compile_options_size=len(options),
+        )
         lib.pjrt_py_client_ref(self._h)  # the executable's reference
         return Executable(self, args.executable, signature)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._ffi import ffi, lib
+from ._ffi import ffi
 from .plugin import named_values
 
 if TYPE_CHECKING:
@@ -33,51 +33,25 @@ class Device:
     def __init__(self, client: Client, ptr: Any) -> None:
         self.client = client
         self._ptr = ptr
-        plugin = client.plugin
+        invoke = client.plugin.invoke
+        desc = invoke("PJRT_Device_GetDescription", device=ptr).device_description
 
-        args = ffi.new("PJRT_Device_GetDescription_Args*")
-        args.struct_size = lib.PJRT_Device_GetDescription_Args_STRUCT_SIZE
-        args.device = ptr
-        plugin.call("PJRT_Device_GetDescription", args)
-        desc = args.device_description
-
-        id_args = ffi.new("PJRT_DeviceDescription_Id_Args*")
-        id_args.struct_size = lib.PJRT_DeviceDescription_Id_Args_STRUCT_SIZE
-        id_args.device_description = desc
-        plugin.call("PJRT_DeviceDescription_Id", id_args)
-        self.id: int = id_args.id
-
-        kind = ffi.new("PJRT_DeviceDescription_Kind_Args*")
-        kind.struct_size = lib.PJRT_DeviceDescription_Kind_Args_STRUCT_SIZE
-        kind.device_description = desc
-        plugin.call("PJRT_DeviceDescription_Kind", kind)
+        self.id: int = invoke("PJRT_DeviceDescription_Id", device_description=desc).id
+        kind = invoke("PJRT_DeviceDescription_Kind", device_description=desc)
         self.kind: str = ffi.unpack(kind.device_kind, kind.device_kind_size).decode()
-
-        proc = ffi.new("PJRT_DeviceDescription_ProcessIndex_Args*")
-        proc.struct_size = lib.PJRT_DeviceDescription_ProcessIndex_Args_STRUCT_SIZE
-        proc.device_description = desc
-        plugin.call("PJRT_DeviceDescription_ProcessIndex", proc)
-        self.process_index: int = proc.process_index
-
-        attrs = ffi.new("PJRT_DeviceDescription_Attributes_Args*")
-        attrs.struct_size = lib.PJRT_DeviceDescription_Attributes_Args_STRUCT_SIZE
-        attrs.device_description = desc
-        plugin.call("PJRT_DeviceDescription_Attributes", attrs)
+        self.process_index: int = invoke(
+            "PJRT_DeviceDescription_ProcessIndex", device_description=desc
+        ).process_index
+        attrs = invoke("PJRT_DeviceDescription_Attributes", device_description=desc)
         self.attributes: dict[str, Any] = named_values(attrs.attributes, attrs.num_attributes)
-
-        addr = ffi.new("PJRT_Device_IsAddressable_Args*")
-        addr.struct_size = lib.PJRT_Device_IsAddressable_Args_STRUCT_SIZE
-        addr.device = ptr
-        plugin.call("PJRT_Device_IsAddressable", addr)
-        self.is_addressable: bool = bool(addr.is_addressable)
-
+        self.is_addressable: bool = bool(
+            invoke("PJRT_Device_IsAddressable", device=ptr).is_addressable
+        )
         self.local_hardware_id = -1
         if self.is_addressable:
-            hw = ffi.new("PJRT_Device_LocalHardwareId_Args*")
-            hw.struct_size = lib.PJRT_Device_LocalHardwareId_Args_STRUCT_SIZE
-            hw.device = ptr
-            plugin.call("PJRT_Device_LocalHardwareId", hw)
-            self.local_hardware_id = hw.local_hardware_id
+            self.local_hardware_id = invoke(
+                "PJRT_Device_LocalHardwareId", device=ptr
+            ).local_hardware_id
 
     @property
     def platform(self) -> str:

@@ -43,30 +43,14 @@ class Executable:
         self._ptr = ptr
         self._exe = None
         self.signature = signature
-        plugin = client.plugin
-
-        get = ffi.new("PJRT_LoadedExecutable_GetExecutable_Args*")
-        get.struct_size = lib.PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE
-        get.loaded_executable = ptr
-        plugin.call("PJRT_LoadedExecutable_GetExecutable", get)
-        self._exe = get.executable
-
-        name = ffi.new("PJRT_Executable_Name_Args*")
-        name.struct_size = lib.PJRT_Executable_Name_Args_STRUCT_SIZE
-        name.executable = self._exe
-        plugin.call("PJRT_Executable_Name", name)
+        invoke = client.plugin.invoke
+        self._exe = invoke("PJRT_LoadedExecutable_GetExecutable", loaded_executable=ptr).executable
+        name = invoke("PJRT_Executable_Name", executable=self._exe)
         self.name: str = ffi.unpack(name.executable_name, name.executable_name_size).decode()
-
-        outs = ffi.new("PJRT_Executable_NumOutputs_Args*")
-        outs.struct_size = lib.PJRT_Executable_NumOutputs_Args_STRUCT_SIZE
-        outs.executable = self._exe
-        plugin.call("PJRT_Executable_NumOutputs", outs)
-        self.num_outputs: int = outs.num_outputs
-
-        devs = ffi.new("PJRT_LoadedExecutable_AddressableDevices_Args*")
-        devs.struct_size = lib.PJRT_LoadedExecutable_AddressableDevices_Args_STRUCT_SIZE
-        devs.executable = ptr
-        plugin.call("PJRT_LoadedExecutable_AddressableDevices", devs)
+        self.num_outputs: int = invoke(
+            "PJRT_Executable_NumOutputs", executable=self._exe
+        ).num_outputs
+        devs = invoke("PJRT_LoadedExecutable_AddressableDevices", executable=ptr)
         self.devices: list[Device] = [
             client._device_for(devs.addressable_devices[i])
             for i in range(devs.num_addressable_devices)
@@ -89,18 +73,16 @@ class Executable:
 
     @property
     def output_dtypes(self) -> list[np.dtype[Any]]:
-        args = ffi.new("PJRT_Executable_OutputElementTypes_Args*")
-        args.struct_size = lib.PJRT_Executable_OutputElementTypes_Args_STRUCT_SIZE
-        args.executable = self._live_exe()
-        self._client.plugin.call("PJRT_Executable_OutputElementTypes", args)
+        args = self._client.plugin.invoke(
+            "PJRT_Executable_OutputElementTypes", executable=self._live_exe()
+        )
         return [numpy_dtype(args.output_types[i]) for i in range(args.num_output_types)]
 
     @property
     def output_shapes(self) -> list[tuple[int, ...]]:
-        args = ffi.new("PJRT_Executable_OutputDimensions_Args*")
-        args.struct_size = lib.PJRT_Executable_OutputDimensions_Args_STRUCT_SIZE
-        args.executable = self._live_exe()
-        self._client.plugin.call("PJRT_Executable_OutputDimensions", args)
+        args = self._client.plugin.invoke(
+            "PJRT_Executable_OutputDimensions", executable=self._live_exe()
+        )
         shapes, at = [], 0
         for i in range(args.num_outputs):
             n = args.dim_sizes[i]

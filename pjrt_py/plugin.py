@@ -128,9 +128,7 @@ class Plugin:
             )
         size = api.struct_size
         self._supported = frozenset(n for n, end in _SLOT_END.items() if end <= size)
-        args = ffi.new("PJRT_Plugin_Initialize_Args*")
-        args.struct_size = lib.PJRT_Plugin_Initialize_Args_STRUCT_SIZE
-        self.call("PJRT_Plugin_Initialize", args)
+        self.invoke("PJRT_Plugin_Initialize")
         self._attributes: dict[str, Any] | None = None
 
     @property
@@ -159,14 +157,23 @@ class Plugin:
         self.require(function)
         check(self.api, getattr(self.api, function)(args))
 
+    def invoke(self, function: str, **fields: Any) -> Any:
+        """Build ``<function>_Args`` (zeroed, ``struct_size`` from the header),
+        set ``fields``, call through :meth:`call`, and return the args struct
+        with the function's outputs."""
+        args = ffi.new(f"{function}_Args*")
+        args.struct_size = getattr(lib, f"{function}_Args_STRUCT_SIZE")
+        for name, value in fields.items():
+            setattr(args, name, value)
+        self.call(function, args)
+        return args
+
     @property
     def attributes(self) -> dict[str, Any]:
         """The plugin's attributes (``xla_version``, ``stablehlo_current_version``, ...)."""
         if self._attributes is None:
             if self.supports("PJRT_Plugin_Attributes"):
-                args = ffi.new("PJRT_Plugin_Attributes_Args*")
-                args.struct_size = lib.PJRT_Plugin_Attributes_Args_STRUCT_SIZE
-                self.call("PJRT_Plugin_Attributes", args)
+                args = self.invoke("PJRT_Plugin_Attributes")
                 self._attributes = named_values(args.attributes, args.num_attributes)
             else:
                 self._attributes = {}
