@@ -75,19 +75,18 @@ def pending_holds() -> int:
 def _at_exit() -> None:
     """Quiesce PJRT before the interpreter and the process tear down.
 
-    1. Wait for transfers that still read or write host memory.
-    2. Stop PJRT callbacks from entering Python (waiting out running ones).
-    3. Stop all further PJRT calls from finalizers.
-    4. Destroy every live client: that drains and joins the plugin's worker
-       threads, which would otherwise still run in-flight executions while
-       the process destroys the plugin's static objects (a crash).
+    1. Stop PJRT callbacks from entering Python (waiting out running ones).
+    2. Stop all further PJRT calls from finalizers.
+    3. Destroy every live client. That drains and joins the plugin's worker
+       threads: in-flight executions and transfers (which may still read or
+       write numpy memory) finish now, while that memory is alive. Without
+       it the workers run on while the process destroys the plugin's static
+       objects (a crash).
+
+    Host-memory holds are then simply kept: nothing can touch them any more.
+    They are not waited for: a zero-copy source is released only when its
+    buffer is freed, which at exit never happens.
     """
-    with _holds_lock:
-        holds = list(_holds)
-        _holds.clear()
-    for api, event, _keep in holds:
-        lib.pjrt_py_event_wait(api, event, -1.0)
-        lib.pjrt_py_event_destroy(api, event)
     lib.pjrt_py_shutdown()
     state.finalizing = True
     for client in list(_clients.values()):

@@ -121,6 +121,23 @@ def test_exit_with_dropped_pending_copies_does_not_crash() -> None:
     assert "done" in result.stdout
 
 
+def test_exit_with_a_live_zero_copy_buffer_does_not_hang() -> None:
+    result = run_python(
+        """
+        import numpy as np, pjrt_py
+        c = pjrt_py.Client()
+        x = pjrt_py.aligned_empty((1024,), np.float32)
+        x[:] = 1
+        zb = c.buffer(x, zero_copy=True)
+        pending = zb.to_numpy_async()
+        print("done", flush=True)
+        """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "done" in result.stdout
+
+
 @pytest.mark.parametrize("method", ["to_numpy", "execute"])
 def test_closed_client_children_raise_not_crash(method: str) -> None:
     client = pjrt_py.Client()
