@@ -5,10 +5,10 @@ source) or write it (a device-to-host destination) after the call that
 handed it over has returned. Such memory is kept here, next to the event that
 says PJRT is done with it, and released once the event is ready.
 
-At exit, pjrt_py waits for those events (so no PJRT thread touches freed
-memory), stops PJRT callbacks from entering Python, and stops destroying PJRT
-objects: the plugin's threads may still be running, and the process is about
-to end anyway.
+At exit, pjrt_py stops PJRT callbacks from entering Python and stops
+finalizers from calling PJRT, then destroys every live client so the
+plugin's threads finish their work while host memory is still alive (see
+_at_exit).
 """
 
 from __future__ import annotations
