@@ -181,7 +181,7 @@ def host_to_device(
 ) -> BufferPromise:
     """Start a host-to-device transfer of a numpy array or scalar."""
     if isinstance(value, (Buffer, BufferPromise)):
-        raise TypeError("already a device buffer; use copy_to_device to move it")
+        raise TypeError("value is already a device buffer, not a host array")
     array = np.asarray(value)
     dtype = array.dtype
     code = pjrt_type(dtype)

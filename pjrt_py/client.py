@@ -46,10 +46,11 @@ class Client:
         self._api = self.plugin.api
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict, got {type(options).__name__}")
-        values, keep = encode_named_values(options or {})
+        options = options or {}
+        values, keep = encode_named_values(options)
         self._closed = True  # until fully made: __del__ must not unref
         args = self.plugin.invoke(
-            "PJRT_Client_Create", create_options=values, num_options=len(options or {})
+            "PJRT_Client_Create", create_options=values, num_options=len(options)
         )
         del keep
         self._ptr = args.client

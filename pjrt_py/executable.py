@@ -151,7 +151,7 @@ class Executable:
     def execute_async(self, *args: Any) -> BufferPromise:
         """Dispatch the program and return a promise of its outputs at once."""
         # The hot path: everything that can be is precomputed in __init__;
-        # anything unusual (promises, numpy arrays, errors) takes _slow_args.
+        # anything unusual (promises, numpy arrays, errors) takes _argument.
         client = self._client
         if client._closed or self._blocked:
             self._raise_blocked()
@@ -173,6 +173,8 @@ class Executable:
             out = _execute1(self._h, self._ptr, ptrs, len(ptrs))
             if not out:
                 raise error_from_pjrt(self._api, _take_error())
+            # wrap() and BufferPromise() inlined: a call frame each is a
+            # measurable share of a ~2 us dispatch.
             buf = _new(Buffer)
             buf._ptr = out
             buf._client = client
