@@ -14,6 +14,7 @@ _at_exit).
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import weakref
 from typing import Any
@@ -33,6 +34,24 @@ _clients: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 _holds: list[tuple[Any, Any, Any]] = []  # (api, event, objects to keep alive)
 _holds_lock = threading.Lock()
 _sweep_at = 64
+
+
+def _configure_spin() -> None:
+    """$PJRT_PY_SPIN_US: how long a wait polls before it blocks (see event.c)."""
+    text = os.environ.get("PJRT_PY_SPIN_US")
+    if text is None:
+        return
+    try:
+        micros = float(text)
+    except ValueError:
+        message = f"PJRT_PY_SPIN_US must be a number of microseconds, not {text!r}"
+        raise ValueError(message) from None
+    if not micros >= 0:
+        raise ValueError(f"PJRT_PY_SPIN_US must be >= 0, not {text!r}")
+    lib.pjrt_py_set_spin_ns(int(micros * 1000))
+
+
+_configure_spin()
 
 
 def hold(api: Any, event: Any, keep: Any) -> None:
@@ -60,6 +79,54 @@ def _sweep_locked() -> None:
     _holds[:] = still
 
 
+class _Release:
+    """Keeps host memory alive until PJRT's OnReady callback says it is free.
+
+    For memory that may stay in use for a long time (a zero-copy source lives
+    as long as its buffer), so that it goes the moment the buffer does rather
+    than at the next sweep. The callback runs on whichever thread frees the
+    buffer; it only drops the memory, and leaves the event to the next sweep
+    (an event is not destroyed from inside its own callback).
+    """
+
+    __slots__ = ("api", "event", "keep")
+
+    def __init__(self, api: Any, event: Any, keep: Any) -> None:
+        self.api, self.event, self.keep = api, event, keep
+
+    def _notified(self) -> None:
+        with _holds_lock:
+            _released.append((self.api, self.event))
+            _notify_pending.pop(id(self), None)
+        self.keep = None
+
+
+_notify_pending: dict[int, tuple[_Release, Any]] = {}  # id -> (release, its handle)
+_released: list[tuple[Any, Any]] = []  # (api, event) whose callbacks have run
+
+
+def hold_until_freed(api: Any, event: Any, keep: Any) -> None:
+    """Like :func:`hold`, but releases ``keep`` from PJRT's callback at once."""
+    from ._ffi import ffi
+
+    if not event:
+        return
+    if lib.pjrt_py_event_is_ready(api, event):
+        lib.pjrt_py_event_destroy(api, event)
+        return
+    release = _Release(api, event, keep)
+    handle = ffi.new_handle(release)
+    with _holds_lock:
+        for api_, event_ in _released:
+            lib.pjrt_py_event_destroy(api_, event_)
+        _released.clear()
+        _notify_pending[id(release)] = (release, handle)
+    if lib.pjrt_py_event_notify(api, event, handle) != 0:  # no callback will come
+        with _holds_lock:
+            _notify_pending.pop(id(release), None)
+        hold(api, event, keep)
+
+
 def register_client(client: Any) -> None:
     _clients[id(client)] = client
 
@@ -68,7 +135,7 @@ def pending_holds() -> int:
     """How many host-memory holds are still waiting for PJRT (for tests)."""
     with _holds_lock:
         _sweep_locked()
-        return len(_holds)
+        return len(_holds) + len(_notify_pending)
 
 
 @atexit.register

@@ -105,6 +105,24 @@ def test_zero_copy_aliases_the_array_and_keeps_it_alive(client: pjrt_py.Client) 
     assert base() is None
 
 
+def test_large_copies_are_staged_privately_and_freed_with_the_buffer(
+    client: pjrt_py.Client,
+) -> None:
+    from pjrt_py.buffer import STAGED_COPY_BYTES, ZERO_COPY_ALIGNMENT
+
+    x = np.arange(STAGED_COPY_BYTES // 4, dtype=np.float32)[::-1]  # not contiguous
+    holds = _runtime.pending_holds()
+    buf = client.buffer(x)
+    assert buf.unsafe_pointer() % ZERO_COPY_ALIGNMENT == 0
+    assert buf.unsafe_pointer() != x.ctypes.data
+    expected = x.copy()
+    x[:] = -1  # copy semantics: the source is free again at once
+    np.testing.assert_array_equal(buf.to_numpy(), expected)
+    assert _runtime.pending_holds() == holds + 1  # the staged memory, for the buffer
+    buf.delete()
+    assert _runtime.pending_holds() == holds  # released by PJRT's callback, no sweep
+
+
 def test_zero_copy_refuses_what_it_cannot_alias(client: pjrt_py.Client) -> None:
     x = pjrt_py.aligned_empty((65,), np.uint8)
     with pytest.raises(ValueError, match="aligned"):

@@ -29,6 +29,10 @@ void pjrt_py_event_destroy(const PJRT_Api* api, PJRT_Event* event);
 /* Blocks (the caller has released the GIL) until the event is ready or
  * timeout seconds pass; timeout < 0 waits forever. 1: ready, 0: timed out. */
 int pjrt_py_event_wait(const PJRT_Api* api, PJRT_Event* event, double timeout);
+/* How long pjrt_py_event_wait polls before it blocks (ns; 0: never polls).
+ * Process-wide; the default is set in event.c, $PJRT_PY_SPIN_US overrides. */
+void pjrt_py_set_spin_ns(long ns);
+long pjrt_py_spin_ns(void);
 /* Calls _pjrt_py_event_ready(handle) from PJRT's thread once the event is
  * ready, unless pjrt_py_shutdown() ran first. 0 on success. */
 int pjrt_py_event_notify(const PJRT_Api* api, PJRT_Event* event, void* handle);
@@ -58,6 +62,9 @@ PJRT_Error* pjrt_py_buffer_from_host(pjrt_py_client* c, const void* data, int ty
 /* Copies into dst in dense row-major layout (requested explicitly). */
 PJRT_Error* pjrt_py_buffer_to_host(const PJRT_Api* api, PJRT_Buffer* buffer, void* dst,
                                    size_t dst_size, size_t num_dims, PJRT_Event** done);
+/* Shape and element type in one call (dims has room for max_dims). */
+PJRT_Error* pjrt_py_buffer_meta(const PJRT_Api* api, PJRT_Buffer* buffer, int64_t* dims,
+                                size_t max_dims, size_t* num_dims, int* type);
 PJRT_Error* pjrt_py_buffer_ready_event(const PJRT_Api* api, PJRT_Buffer* buffer,
                                        PJRT_Event** event);
 

@@ -48,6 +48,24 @@ PJRT_Error* pjrt_py_buffer_to_host(const PJRT_Api* api, PJRT_Buffer* buffer, voi
   return error;
 }
 
+PJRT_Error* pjrt_py_buffer_meta(const PJRT_Api* api, PJRT_Buffer* buffer, int64_t* dims,
+                                size_t max_dims, size_t* num_dims, int* type) {
+  PJRT_Buffer_Dimensions_Args d = {0};
+  d.struct_size = PJRT_Buffer_Dimensions_Args_STRUCT_SIZE;
+  d.buffer = buffer;
+  PJRT_Error* error = api->PJRT_Buffer_Dimensions(&d);
+  if (error != NULL) return error;
+  PJRT_Buffer_ElementType_Args t = {0};
+  t.struct_size = PJRT_Buffer_ElementType_Args_STRUCT_SIZE;
+  t.buffer = buffer;
+  error = api->PJRT_Buffer_ElementType(&t);
+  if (error != NULL) return error;
+  *num_dims = d.num_dims;
+  for (size_t i = 0; i < d.num_dims && i < max_dims; ++i) dims[i] = d.dims[i];
+  *type = (int)t.type;
+  return NULL;
+}
+
 PJRT_Error* pjrt_py_buffer_ready_event(const PJRT_Api* api, PJRT_Buffer* buffer,
                                        PJRT_Event** event) {
   PJRT_Buffer_ReadyEvent_Args args = {0};
