@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -11,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,5 +60,68 @@ def per_call(fn: Callable[[int], None], n: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
+def interleaved(timers: dict[str, Callable[[int], None]], n: int, repeats: int) -> dict[str, float]:
+    """Median microseconds per call of each timer, after a warm-up.
+
+    Each ``timers[name](k)`` makes k calls. The timers take turns within every
+    round, so noise on the machine falls on all of them alike and their
+    ratios stay meaningful.
+    """
+    for fn in timers.values():
+        fn(max(1, n // 10))
+    samples: dict[str, list[float]] = {name: [] for name in timers}
+    for _ in range(repeats):
+        for name, fn in timers.items():
+            samples[name].append(per_call(fn, n, 1))
+    return {name: statistics.median(s) * 1e6 for name, s in samples.items()}
+
+
+def median_seconds(fn: Callable[[], Any], repeats: int, warmup: int = 1) -> float:
+    """Median wall time of ``fn()`` over repeats, after warm-up calls."""
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples)
+
+
+def target(name: str, value: float, limit: float, kind: str = "max") -> dict[str, Any]:
+    """A performance target: ``value <= limit`` (kind "max") or ``>=`` ("min")."""
+    met = value <= limit if kind == "max" else value >= limit
+    return {"name": name, "value": value, "limit": limit, "kind": kind, "met": bool(met)}
+
+
 def machine() -> dict[str, object]:
-    return {"python": sys.version.split()[0], "cpus": os.cpu_count(), "platform": sys.platform}
+    return {
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "platform": sys.platform,
+        "processor": platform.machine(),
+    }
+
+
+def cli(description: str, run: Callable[..., dict[str, Any]]) -> None:
+    """The command line every benchmark module shares: --quick, --json."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
+    parser.add_argument("--json", help="write the report here")
+    opts = parser.parse_args()
+    report = run(quick=opts.quick)
+    print_report(report)
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(report, indent=2))
+
+
+def print_report(report: dict[str, Any]) -> None:
+    print(f"== {report['benchmark']}: {report.get('what', '')}")
+    for row in report.get("table", []):
+        print(
+            "   " + "  ".join(f"{cell:>14}" if i else f"{cell:<44}" for i, cell in enumerate(row))
+        )
+    for t in report.get("targets", []):
+        sign = "<=" if t["kind"] == "max" else ">="
+        mark = "met" if t["met"] else "MISSED"
+        print(f"   target {t['name']}: {t['value']:.3g} {sign} {t['limit']:g}  {mark}")

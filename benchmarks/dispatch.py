@@ -1,31 +1,30 @@
 """Dispatch cost: ``execute_async`` per call on an f32[8] add, next to a raw
 C loop of ``PJRT_LoadedExecutable_Execute`` + output destroy on the same
-plugin, client, executable and arguments (and jax's compiled call, when jax is
-installed). All figures come from one process run; the ratios are what count.
+plugin, client, executable and arguments, jax's AOT-compiled call on the same
+computation, and pypjrt's call when that package happens to be installed.
+All figures come from one process run; the ratios are what count.
 
-    python -m benchmarks.dispatch [--n 20000] [--repeats 15] [--json out.json]
+    python -m benchmarks.dispatch [--quick] [--json out.json]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 from typing import Any
 
 import numpy as np
 
 import pjrt_py
 
-from ._common import ADD_F32_8, build_c, machine, per_call
+from ._common import ADD_F32_8, build_c, cli, interleaved, machine, target
+
+OURS = "pjrt_py.execute_async"
 
 
-def run(n: int = 20000, repeats: int = 15) -> dict[str, Any]:
+def c_loop_timer(client: pjrt_py.Client, exe: pjrt_py.Executable, args: list[Any]) -> Any:
+    """A timer over benchmarks/c_dispatch.c, built now against the same header."""
     from cffi import FFI
 
-    client = pjrt_py.Client()
-    exe = client.compile(ADD_F32_8)
-    x = client.buffer(np.arange(8, dtype=np.float32))
-    y = client.buffer(np.ones(8, dtype=np.float32))
+    from pjrt_py._ffi import ffi as our_ffi
 
     ffi = FFI()
     ffi.cdef(
@@ -33,51 +32,91 @@ def run(n: int = 20000, repeats: int = 15) -> dict[str, Any]:
         " size_t num_outputs, long iterations);"
     )
     c = ffi.dlopen(str(build_c("c_dispatch.c")))
-    from pjrt_py._ffi import ffi as our_ffi
 
     def addr(p: Any) -> Any:
         return ffi.cast("void*", int(our_ffi.cast("uintptr_t", p)))
 
-    args = ffi.new("void*[]", [addr(x._ptr), addr(y._ptr)])
+    arg_array = ffi.new("void*[]", [addr(b._ptr) for b in args])
     api, exe_ptr = addr(client._api), addr(exe._ptr)
 
     def c_loop(k: int) -> None:
-        if c.c_dispatch_loop(api, exe_ptr, args, 2, 1, k) < 0:
+        if c.c_dispatch_loop(api, exe_ptr, arg_array, len(args), 1, k) < 0:
             raise RuntimeError("the C loop got a PJRT error")
+
+    return c_loop
+
+
+def jax_timer() -> Any:
+    """jax's AOT-compiled call of the same add (None without jax)."""
+    try:
+        import jax
+    except ImportError:
+        return None
+    jx = jax.device_put(np.arange(8, dtype=np.float32))
+    jy = jax.device_put(np.ones(8, np.float32))
+    compiled = jax.jit(lambda a, b: a + b).lower(jx, jy).compile()
+
+    def jax_call(k: int) -> None:
+        for _ in range(k):
+            compiled(jx, jy)
+
+    return jax_call
+
+
+def pypjrt_timer(plugin_path: str) -> tuple[Any, str | None]:
+    """pypjrt's call of the same add on the same plugin file, if installed.
+
+    Returns (timer or None, why not). pypjrt is never a dependency.
+    """
+    try:
+        import pypjrt  # type: ignore[import-not-found]
+    except ImportError:
+        return None, "not installed"
+    try:
+        client = pypjrt.Client.create(plugin_path)
+        devices = client.devices().__enter__()
+        exe = client.compile(ADD_F32_8)
+        f32 = 11  # PJRT_Buffer_Type_F32
+        x = client.buffer_from_host(np.arange(8, dtype=np.float32), f32, [8], devices[0])
+        y = client.buffer_from_host(np.ones(8, dtype=np.float32), f32, [8], devices[0])
+        exe(x, y)
+    except Exception as exc:  # a peer's failure is reported, not fatal
+        return None, f"failed: {type(exc).__name__}: {exc}"
+
+    def pypjrt_call(k: int) -> None:
+        for _ in range(k):
+            exe(x, y)
+
+    pypjrt_call.keep = (client, devices, exe, x, y)  # type: ignore[attr-defined]
+    return pypjrt_call, None
+
+
+def run(quick: bool = False, n: int | None = None, repeats: int | None = None) -> dict[str, Any]:
+    n = n or (200 if quick else 20000)
+    repeats = repeats or (2 if quick else 15)
+    client = pjrt_py.Client()
+    exe = client.compile(ADD_F32_8)
+    x = client.buffer(np.arange(8, dtype=np.float32))
+    y = client.buffer(np.ones(8, dtype=np.float32))
 
     def ours(k: int) -> None:
         call = exe.execute_async
         for _ in range(k):
             call(x, y)
 
-    timers = {"c_loop": c_loop, "pjrt_py.execute_async": ours}
-    try:
-        import jax
-
-        jx = jax.device_put(np.arange(8, dtype=np.float32))
-        jy = jax.device_put(np.ones(8, np.float32))
-        compiled = jax.jit(lambda a, b: a + b).lower(jx, jy).compile()
-
-        def jax_call(k: int) -> None:
-            for _ in range(k):
-                compiled(jx, jy)
-
+    timers = {"c_loop": c_loop_timer(client, exe, [x, y]), OURS: ours}
+    jax_call = jax_timer()
+    if jax_call is not None:
         timers["jax.compiled"] = jax_call
-    except ImportError:
-        pass
+    peer, peer_missing = pypjrt_timer(client.plugin.path)
+    if peer is not None:
+        timers["pypjrt"] = peer
 
-    for fn in timers.values():  # warm-up
-        fn(n // 10)
-    # Interleave the timers per round so machine noise hits all alike.
-    samples: dict[str, list[float]] = {k: [] for k in timers}
-    for _ in range(repeats):
-        for name, fn in timers.items():
-            samples[name].append(per_call(fn, n, 1))
-    results = {name: float(np.median(s)) * 1e6 for name, s in samples.items()}
+    results = interleaved(timers, n, repeats)
     base = results["c_loop"]
     report: dict[str, Any] = {
         "benchmark": "dispatch",
-        "program": "f32[8] add, 2 buffer args, 1 output",
+        "what": "f32[8] add, 2 buffer args, 1 output: us per call",
         "plugin": client.plugin.path,
         "pjrt_api": client.plugin.version_text,
         "n_per_round": n,
@@ -86,25 +125,19 @@ def run(n: int = 20000, repeats: int = 15) -> dict[str, Any]:
         "ratio_to_c_loop": {k: v / base for k, v in results.items()},
         "machine": machine(),
     }
+    if peer_missing:
+        report["pypjrt"] = peer_missing
+    targets = [target("dispatch / C loop", results[OURS] / base, 2.0)]
     if "jax.compiled" in results:
-        report["ratio_to_jax"] = {k: v / results["jax.compiled"] for k, v in results.items()}
+        jx = results["jax.compiled"]
+        report["ratio_to_jax"] = {k: v / jx for k, v in results.items()}
+        targets.append(target("dispatch / jax", results[OURS] / jx, 0.75))
+    report["targets"] = targets
+    report["table"] = [["what", "us/call", "x C loop"]] + [
+        [name, f"{us:.2f}", f"{us / base:.2f}"] for name, us in results.items()
+    ]
     return report
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=20000)
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--json", help="write the report here")
-    opts = parser.parse_args()
-    report = run(opts.n, opts.repeats)
-    print(f"{'what':28s} {'us/call':>9s} {'x C loop':>9s}")
-    for name, us in report["us_per_call"].items():
-        print(f"{name:28s} {us:9.2f} {report['ratio_to_c_loop'][name]:9.2f}")
-    if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump(report, f, indent=2)
-
-
 if __name__ == "__main__":
-    main()
+    cli(__doc__.splitlines()[0], run)

@@ -62,8 +62,9 @@ class Client:
 
         self.platform_name: str = self._string("PJRT_Client_PlatformName", "platform_name")
         self.platform_version: str = self._string("PJRT_Client_PlatformVersion", "platform_version")
-        # Large copies to a CPU device are staged by numpy (see buffer.py).
-        self._stage_copies = self.platform_name == "cpu"
+        # CPU-only transfer paths: staged large copies, direct small reads
+        # (see STAGED_COPY_BYTES and DIRECT_READ_BYTES in buffer.py).
+        self._cpu_fast_paths = self.platform_name == "cpu"
         self.process_index: int = self.plugin.invoke(
             "PJRT_Client_ProcessIndex", client=self._ptr
         ).process_index

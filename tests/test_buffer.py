@@ -123,6 +123,42 @@ def test_large_copies_are_staged_privately_and_freed_with_the_buffer(
     assert _runtime.pending_holds() == holds  # released by PJRT's callback, no sweep
 
 
+def test_small_ready_results_are_read_at_once(client: pjrt_py.Client, add_exe) -> None:  # type: ignore[no-untyped-def]
+    x = np.arange(8, dtype=np.float32)
+    out = add_exe.execute(x, x)
+    promise = out.to_numpy_async()
+    assert promise.is_ready()  # copied in the call: no PJRT event to wait for
+    assert promise._st is not None and promise._st.events == []
+    np.testing.assert_array_equal(promise.value(), 2 * x)
+
+
+def test_direct_reads_and_deletes_from_other_threads_do_not_race(
+    client: pjrt_py.Client,
+) -> None:
+    import threading
+
+    x = np.arange(4096, dtype=np.float32)
+    errors: list[BaseException] = []
+
+    def reader(buf: pjrt_py.Buffer) -> None:
+        try:
+            while True:
+                np.testing.assert_array_equal(buf.to_numpy(), x)
+        except ValueError as exc:  # the buffer was deleted: the only way out
+            assert "deleted" in str(exc)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    for _ in range(20):
+        buf = client.buffer(x)
+        thread = threading.Thread(target=reader, args=(buf,))
+        thread.start()
+        buf.delete()
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    assert not errors, errors
+
+
 def test_zero_copy_refuses_what_it_cannot_alias(client: pjrt_py.Client) -> None:
     x = pjrt_py.aligned_empty((65,), np.uint8)
     with pytest.raises(ValueError, match="aligned"):

@@ -62,6 +62,13 @@ PJRT_Error* pjrt_py_buffer_from_host(pjrt_py_client* c, const void* data, int ty
 /* Copies into dst in dense row-major layout (requested explicitly). */
 PJRT_Error* pjrt_py_buffer_to_host(const PJRT_Api* api, PJRT_Buffer* buffer, void* dst,
                                    size_t dst_size, size_t num_dims, PJRT_Event** done);
+/* The CPU fast path of a small device-to-host copy: if the buffer lives in
+ * host memory, is ready without error, and is dense row-major of exactly
+ * size bytes, copy it into dst now (under an external reference) and return
+ * 1. Otherwise return 0 and touch nothing: use pjrt_py_buffer_to_host. This
+ * skips the hand-off to the plugin's worker thread that its own copy does. */
+int pjrt_py_buffer_read_ready(const PJRT_Api* api, PJRT_Buffer* buffer, void* dst, size_t size,
+                              size_t num_dims);
 /* Shape and element type in one call (dims has room for max_dims). */
 PJRT_Error* pjrt_py_buffer_meta(const PJRT_Api* api, PJRT_Buffer* buffer, int64_t* dims,
                                 size_t max_dims, size_t* num_dims, int* type);
