@@ -30,8 +30,9 @@ static int await_and_destroy(const PJRT_Api* api, PJRT_Event* event) {
   return failed;
 }
 
-/* BufferFromHostBuffer, wait until the host data is released and the buffer
- * is ready, destroy the buffer. */
+/* BufferFromHostBuffer, wait until the host data is released (for a copy)
+ * and the buffer is ready, destroy the buffer (which releases a zero-copy
+ * source). */
 double c_h2d(const PJRT_Api* api, PJRT_Client* client, PJRT_Device* device, const void* data,
              int type, const int64_t* dims, size_t num_dims, int semantics, long iterations) {
   double start = now_ns();
@@ -47,7 +48,9 @@ double c_h2d(const PJRT_Api* api, PJRT_Client* client, PJRT_Device* device, cons
     a.host_buffer_semantics = (PJRT_HostBufferSemantics)semantics;
     a.device = device;
     if (api->PJRT_Client_BufferFromHostBuffer(&a) != NULL) return -1.0;
-    int failed = await_and_destroy(api, a.done_with_host_buffer);
+    /* A zero-copy source is released only when the buffer is freed (below). */
+    int zero_copy = semantics == PJRT_HostBufferSemantics_kImmutableZeroCopy;
+    int failed = zero_copy ? 0 : await_and_destroy(api, a.done_with_host_buffer);
     PJRT_Buffer_ReadyEvent_Args r;
     memset(&r, 0, sizeof(r));
     r.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
@@ -59,6 +62,7 @@ double c_h2d(const PJRT_Api* api, PJRT_Client* client, PJRT_Device* device, cons
     d.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
     d.buffer = a.buffer;
     api->PJRT_Buffer_Destroy(&d);
+    if (zero_copy) failed |= await_and_destroy(api, a.done_with_host_buffer);
     if (failed) return -1.0;
   }
   return (now_ns() - start) / (double)iterations;

@@ -29,11 +29,14 @@ ZERO_COPY_ALIGNMENT = 64
 # copy runs at a quarter of np.copy's speed. The staged memory is private to
 # the buffer and freed with it, so copy semantics are unchanged.
 STAGED_COPY_BYTES = 32 << 20
-# Up to this size, a copy from a ready CPU buffer is made at once by a C
+# Up to this size, to_numpy_async copies a ready CPU buffer at once by a C
 # helper reading the buffer's memory (pinned by an external reference)
-# instead of by the plugin, whose copy runs on a worker thread: waking that
-# thread cost ~15 us, ten times the copy itself (benchmarks/small.py).
+# instead of asking the plugin, whose copy runs on a worker thread: waking
+# that thread cost ~15 us, ten times the copy itself (benchmarks/small.py).
+# Larger copies stay asynchronous; to_numpy, which waits anyway, reads
+# directly at any size.
 DIRECT_READ_BYTES = 256 << 10
+_ANY_SIZE = 1 << 62
 _direct_read_lock = threading.Lock()
 
 _COPY = lib.PJRT_HostBufferSemantics_kImmutableOnlyDuringCall
@@ -154,6 +157,9 @@ class Buffer:
     # -- device to host -------------------------------------------------
     def to_numpy_async(self) -> ArrayPromise:
         """Start copying to a new numpy array (dense, row-major); returns at once."""
+        return self._copy_out(DIRECT_READ_BYTES)
+
+    def _copy_out(self, direct_limit: int) -> ArrayPromise:
         ptr = self._live()
         api = self._client._api
         shape, dtype = self._metadata()
@@ -161,7 +167,7 @@ class Buffer:
         if array.size == 0:
             return ArrayPromise(api, array, self, [])
         dst = ffi.from_buffer(array)
-        if array.nbytes <= DIRECT_READ_BYTES and self._client._cpu_fast_paths:
+        if array.nbytes <= direct_limit and self._client._cpu_fast_paths:
             with _direct_read_lock:  # delete() from another thread waits
                 ptr = self._live()
                 if lib.pjrt_py_buffer_read_ready(api, ptr, dst, array.nbytes, len(shape)):
@@ -174,7 +180,9 @@ class Buffer:
 
     def to_numpy(self) -> np.ndarray[Any, Any]:
         """Copy to a new numpy array, waiting for the data."""
-        return self.to_numpy_async().value()
+        # The caller waits anyway, so a ready CPU buffer of any size is read
+        # directly: that copy runs at memcpy speed, the plugin's did not.
+        return self._copy_out(_ANY_SIZE).value()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray[Any, Any]:
         array = self.to_numpy()
