@@ -67,56 +67,56 @@ def _repeats(nbytes: int, quick: bool) -> int:
     return 25 if nbytes <= MIB else 9 if nbytes <= 16 * MIB else 5
 
 
+def measure(
+    client: pjrt_py.Client, c_h2d: Any, c_d2h: Any, nbytes: int, quick: bool
+) -> dict[str, Any]:
+    """Median seconds per transfer of every method at one size."""
+    x = np.random.default_rng(0).random(nbytes // 8)
+    aligned = pjrt_py.aligned_empty(x.shape, x.dtype)
+    aligned[...] = x
+    buf = client.buffer(x)
+    # Several calls per sample for small sizes, so the timer's own cost fades.
+    inner = 1 if quick else max(1, (256 * KIB) // nbytes)
+
+    def many(fn: Any, k: int = inner) -> tuple[Any, int]:
+        def timed() -> None:
+            for _ in range(k):
+                fn()
+
+        return timed, k
+
+    def plugin_copy() -> None:
+        client._cpu_fast_paths = False
+        try:
+            client.buffer(x)
+        finally:
+            client._cpu_fast_paths = True
+
+    timings = {
+        "np.copy": many(lambda: np.copy(x)),
+        "h2d copy": many(lambda: client.buffer(x)),
+        "h2d copy, plugin": many(plugin_copy),
+        "h2d copy, C": many(lambda: c_h2d(x)),
+        # O(1) per call: timed over 20 calls per sample at every size.
+        "h2d zero-copy": many(lambda: client.buffer(aligned, zero_copy=True), 20),
+        "d2h": many(lambda: buf.to_numpy()),
+        "d2h, C": many(lambda: c_d2h(buf, nbytes)),
+    }
+    for fn, _ in timings.values():
+        fn()
+    # Interleave per round: every method sees the same machine state.
+    samples: dict[str, list[float]] = {name: [] for name in timings}
+    for _ in range(_repeats(nbytes, quick)):
+        for name, (fn, k) in timings.items():
+            samples[name].append(median_seconds(fn, 1, warmup=0) / k)
+    return {"bytes": nbytes, **{name: float(np.median(s)) for name, s in samples.items()}}
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     client = pjrt_py.Client()
     c_h2d, c_d2h = _c_baseline(client)
     sizes = QUICK_SIZES if quick else SIZES
-    rows: list[dict[str, Any]] = []
-    for nbytes in sizes:
-        x = np.random.default_rng(0).random(nbytes // 8)
-        aligned = pjrt_py.aligned_empty(x.shape, x.dtype)
-        aligned[...] = x
-        buf = client.buffer(x)
-        reps = _repeats(nbytes, quick)
-        # Several calls per sample for small sizes, so the timer's own cost fades.
-        inner = max(1, (256 * KIB) // nbytes) if not quick else 1
-
-        def many(fn: Any, k: int = inner) -> tuple[Any, int]:
-            def timed() -> None:
-                for _ in range(k):
-                    fn()
-
-            return timed, k
-
-        def plugin_copy() -> None:
-            client._cpu_fast_paths = False
-            try:
-                client.buffer(x)
-            finally:
-                client._cpu_fast_paths = True
-
-        timings = {
-            "np.copy": many(lambda: np.copy(x)),
-            "h2d copy": many(lambda: client.buffer(x)),
-            "h2d copy, plugin": many(plugin_copy),
-            "h2d copy, C": many(lambda: c_h2d(x)),
-            # O(1) per call: timed over 20 calls per sample at every size.
-            "h2d zero-copy": many(lambda: client.buffer(aligned, zero_copy=True), 20),
-            "d2h": many(lambda: buf.to_numpy()),
-            "d2h, C": many(lambda: c_d2h(buf, nbytes)),
-        }
-        row: dict[str, Any] = {"bytes": nbytes}
-        # Interleave per round: every method sees the same machine state.
-        samples: dict[str, list[float]] = {k: [] for k in timings}
-        for fn, k in timings.values():
-            fn()
-        for _ in range(reps):
-            for name, (fn, k) in timings.items():
-                samples[name].append(median_seconds(fn, 1, warmup=0) / k)
-        for name, s in samples.items():
-            row[name] = float(np.median(s))
-        rows.append(row)
-        del buf
+    rows = [measure(client, c_h2d, c_d2h, nbytes, quick) for nbytes in sizes]
 
     big = [r for r in rows if r["bytes"] >= FOR_TARGET]
     targets = []

@@ -9,30 +9,82 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+ORDER = ("dispatch", "small", "bandwidth", "pipeline", "scaling", "memory")
+
+
+def run_module(*args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr
+    return result
 
 
 def test_dispatch_benchmark_writes_well_formed_json(tmp_path: Path) -> None:
     out = tmp_path / "dispatch.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.dispatch",
-            "--quick",
-            "--json",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_module("benchmarks.dispatch", "--quick", "--json", str(out))
     report = json.loads(out.read_text())
     assert report["benchmark"] == "dispatch"
     timings = report["us_per_call"]
-    assert {"c_loop", "pjrt_py.execute_async"} <= set(timings)
+    assert {"c_loop", "pjrt_py.execute_async", "jax.compiled"} <= set(timings)
     assert all(math.isfinite(v) and v > 0 for v in timings.values())
     assert report["ratio_to_c_loop"]["c_loop"] == 1.0
     assert "pjrt_py.execute_async" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    docs = tmp_path_factory.mktemp("docs")
+    (docs / "performance.md").write_text("# Performance\n\nHand-written prose stays.\n")
+    result = run_module("benchmarks", "--quick", "--out", str(docs))
+    return docs, result.stdout
+
+
+def test_suite_writes_a_report_for_every_benchmark(suite: tuple[Path, str]) -> None:
+    docs, stdout = suite
+    reports = json.loads((docs / "performance" / "results.json").read_text())
+    assert list(reports) == list(ORDER)
+    for name, report in reports.items():
+        assert report["benchmark"] == name
+        header, *rows = report["table"]
+        assert rows and all(len(row) == len(header) for row in rows)
+        for t in report["targets"]:
+            assert math.isfinite(t["value"]) and t["kind"] in ("max", "min")
+            assert t["met"] == (
+                t["value"] <= t["limit"] if t["kind"] == "max" else t["value"] >= t["limit"]
+            )
+    assert "targets missed:" in stdout
+
+
+def test_suite_measures_what_the_issue_asks(suite: tuple[Path, str]) -> None:
+    docs, _ = suite
+    reports = json.loads((docs / "performance" / "results.json").read_text())
+    small = reports["small"]
+    assert {"pjrt_py async", "pjrt_py sync", "jax"} <= set(small["round_trip_us"]["8"])
+    bandwidth = reports["bandwidth"]["seconds"][0]
+    assert {"np.copy", "h2d copy", "h2d copy, C", "h2d zero-copy", "d2h", "d2h, C"} <= set(
+        bandwidth
+    )
+    pipeline = reports["pipeline"]
+    assert set(pipeline["total_s"]) == {"sync", "async", "async+metrics"}
+    for tl in pipeline["timelines"].values():
+        assert len(tl["host"]) == len(tl["device"]) == pipeline["steps"]
+        assert all(0 <= a <= b for a, b in tl["host"] + tl["device"])
+    scaling = reports["scaling"]["seconds"]
+    assert all(r["pjrt_py"] > 0 and r["jax"] > 0 for rows in scaling.values() for r in rows)
+    assert reports["memory"]["iterations"] > 0
+
+
+def test_suite_regenerates_performance_md_and_plots(suite: tuple[Path, str]) -> None:
+    docs, _ = suite
+    text = (docs / "performance.md").read_text()
+    assert "Hand-written prose stays." in text
+    assert text.count("<!-- generated: start") == 1
+    assert "### Targets" in text and "| dispatch |" in text
+    for name in ("small", "bandwidth", "pipeline", "scaling", "memory"):
+        png = docs / "performance" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"performance/{name}.png" in text
