@@ -19,10 +19,9 @@ from typing import Any
 import numpy as np
 
 import pjrt_py
-from pjrt_py._ffi import ffi as our_ffi
 from pjrt_py._ffi import lib
 
-from ._common import build_c, cli, machine, median_seconds, target
+from ._common import cli, load_c, machine, median_seconds, target
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -32,18 +31,11 @@ FOR_TARGET = 16 * MIB
 
 
 def _c_baseline(client: pjrt_py.Client) -> Any:
-    from cffi import FFI
-
-    ffi = FFI()
-    ffi.cdef(
+    ffi, c, addr = load_c(
+        "c_transfer.c",
         "double c_h2d(void*, void*, void*, void*, int, int64_t*, size_t, int, long);"
-        "double c_d2h(void*, void*, void*, size_t, long);"
+        "double c_d2h(void*, void*, void*, size_t, long);",
     )
-    c = ffi.dlopen(str(build_c("c_transfer.c")))
-
-    def addr(p: Any) -> Any:
-        return ffi.cast("void*", int(our_ffi.cast("uintptr_t", p)))
-
     api, cl, dev = addr(client._api), addr(client._ptr), addr(client.devices[0]._ptr)
     copy = lib.PJRT_HostBufferSemantics_kImmutableOnlyDuringCall
     f64 = lib.PJRT_Buffer_Type_F64

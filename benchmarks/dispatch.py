@@ -15,27 +15,18 @@ import numpy as np
 
 import pjrt_py
 
-from ._common import ADD_F32_8, build_c, cli, interleaved, machine, target
+from ._common import ADD_F32_8, cli, interleaved, load_c, machine, target
 
 OURS = "pjrt_py.execute_async"
 
 
 def c_loop_timer(client: pjrt_py.Client, exe: pjrt_py.Executable, args: list[Any]) -> Any:
     """A timer over benchmarks/c_dispatch.c, built now against the same header."""
-    from cffi import FFI
-
-    from pjrt_py._ffi import ffi as our_ffi
-
-    ffi = FFI()
-    ffi.cdef(
+    ffi, c, addr = load_c(
+        "c_dispatch.c",
         "double c_dispatch_loop(void* api, void* exe, void** args, size_t num_args,"
-        " size_t num_outputs, long iterations);"
+        " size_t num_outputs, long iterations);",
     )
-    c = ffi.dlopen(str(build_c("c_dispatch.c")))
-
-    def addr(p: Any) -> Any:
-        return ffi.cast("void*", int(our_ffi.cast("uintptr_t", p)))
-
     arg_array = ffi.new("void*[]", [addr(b._ptr) for b in args])
     api, exe_ptr = addr(client._api), addr(exe._ptr)
 
