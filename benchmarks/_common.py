@@ -72,12 +72,7 @@ def load_c(source: str, cdef: str) -> tuple[Any, Any, Callable[[Any], Any]]:
 
 def per_call(fn: Callable[[int], None], n: int, repeats: int) -> float:
     """Median seconds per call of ``fn(n)`` (which makes n calls) over repeats."""
-    samples = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn(n)
-        samples.append((time.perf_counter() - t0) / n)
-    return statistics.median(samples)
+    return median_seconds(lambda: fn(n), repeats, warmup=0) / n
 
 
 def interleaved(timers: dict[str, Callable[[int], None]], n: int, repeats: int) -> dict[str, float]:

@@ -11,6 +11,7 @@ loop with a smaller count and a bound.
 from __future__ import annotations
 
 import gc
+import os
 from typing import Any
 
 import numpy as np
@@ -26,8 +27,6 @@ def rss_bytes() -> int:
     """Resident set size of this process, from /proc (Linux)."""
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
-    import os
-
     return pages * os.sysconf("SC_PAGE_SIZE")
 
 

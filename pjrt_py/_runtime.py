@@ -19,7 +19,7 @@ import threading
 import weakref
 from typing import Any
 
-from ._ffi import lib
+from ._ffi import ffi, lib
 
 
 class _State:
@@ -70,6 +70,7 @@ def hold(api: Any, event: Any, keep: Any) -> None:
 
 
 def _sweep_locked() -> None:
+    _destroy_released_locked()
     still: list[tuple[Any, Any, Any]] = []
     for api, event, keep in _holds:
         if lib.pjrt_py_event_is_ready(api, event):
@@ -105,10 +106,14 @@ _notify_pending: dict[int, tuple[_Release, Any]] = {}  # id -> (release, its han
 _released: list[tuple[Any, Any]] = []  # (api, event) whose callbacks have run
 
 
+def _destroy_released_locked() -> None:
+    for api, event in _released:
+        lib.pjrt_py_event_destroy(api, event)
+    _released.clear()
+
+
 def hold_until_freed(api: Any, event: Any, keep: Any) -> None:
     """Like :func:`hold`, but releases ``keep`` from PJRT's callback at once."""
-    from ._ffi import ffi
-
     if not event:
         return
     if lib.pjrt_py_event_is_ready(api, event):
@@ -117,9 +122,7 @@ def hold_until_freed(api: Any, event: Any, keep: Any) -> None:
     release = _Release(api, event, keep)
     handle = ffi.new_handle(release)
     with _holds_lock:
-        for api_, event_ in _released:
-            lib.pjrt_py_event_destroy(api_, event_)
-        _released.clear()
+        _destroy_released_locked()
         _notify_pending[id(release)] = (release, handle)
     if lib.pjrt_py_event_notify(api, event, handle) != 0:  # no callback will come
         with _holds_lock:
