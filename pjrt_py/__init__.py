@@ -32,14 +32,17 @@ from .errors import (
     PjrtError,
     PluginLoadError,
     ResourceExhaustedError,
+    SerializationError,
     UnauthenticatedError,
     UnavailableError,
     UnimplementedError,
     UnknownError,
     UnsupportedError,
 )
-from .executable import Executable
+from .executable import Executable, MemoryStats
+from .jit import Jitted, Lowered, jit
 from .plugin import Plugin, PluginInfo, load_plugin, plugins
+from .program import ArgSpec
 from .promise import ArrayPromise, BufferPromise, Promise
 
 __version__ = "0.1.0"
@@ -111,6 +114,7 @@ def is_ready(x: Any) -> bool:
 __all__ = [
     "AbortedError",
     "AlreadyExistsError",
+    "ArgSpec",
     "ArrayPromise",
     "Buffer",
     "BufferPromise",
@@ -123,6 +127,9 @@ __all__ = [
     "FailedPreconditionError",
     "InternalError",
     "InvalidArgumentError",
+    "Jitted",
+    "Lowered",
+    "MemoryStats",
     "NotFoundError",
     "OutOfRangeError",
     "PermissionDeniedError",
@@ -132,6 +139,7 @@ __all__ = [
     "PluginLoadError",
     "Promise",
     "ResourceExhaustedError",
+    "SerializationError",
     "UnauthenticatedError",
     "UnavailableError",
     "UnimplementedError",
@@ -146,6 +154,7 @@ __all__ = [
     "execute",
     "execute_async",
     "is_ready",
+    "jit",
     "load_plugin",
     "plugins",
     "supported_dtypes",

@@ -206,6 +206,22 @@ def wrap(client: Client, ptr: Any, meta: Any = None) -> Buffer:
 
 _new = object.__new__
 _state = _runtime.state
+_METAS: dict[Any, Any] = {}
+
+
+def intern_meta(meta: tuple[tuple[int, ...], np.dtype[Any]]) -> Any:
+    """One shared ``(shape, dtype)`` object per distinct value.
+
+    Executables compare their arguments' metadata to the signature by list
+    equality, which is quickest when the tuples are the same objects. Bounded,
+    so a program fed ever-new shapes does not grow it without end.
+    """
+    shared = _METAS.get(meta)
+    if shared is None:
+        if len(_METAS) >= 4096:
+            return meta
+        shared = _METAS.setdefault(meta, meta)
+    return shared
 
 
 def host_to_device(
@@ -247,7 +263,7 @@ def host_to_device(
     )
     if error:
         raise error_from_pjrt(client._api, error)
-    buf = wrap(client, out[0], (array.shape, dtype))
+    buf = wrap(client, out[0], intern_meta((array.shape, dtype)))
     if semantics == _COPY:
         _runtime.hold(client._api, done[0], (array, data))
     else:  # aliased by the buffer until it is freed

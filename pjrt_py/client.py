@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
-from . import _runtime
+from . import _runtime, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, host_to_device
+from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
 from .compile_options import encode_compile_options
 from .device import Device
+from .errors import PjrtError, SerializationError
 from .executable import Executable
 from .plugin import Plugin, encode_named_values, load_plugin
 from .program import main_signature
@@ -27,6 +30,14 @@ class Client:
     options : dict, optional
         Client create options, passed to the plugin as ``PJRT_NamedValue``s
         (e.g. ``{"cpu_device_count": 4}`` for the CPU plugin).
+    cache_dir : str or path, optional
+        Keep compiled programs on disk there, across processes (see
+        :mod:`pjrt_py.cache`). With none, ``$PJRT_PY_CACHE_DIR`` is used if
+        set; ``cache_dir=False`` turns the disk cache off whatever the
+        environment says.
+    cache_max_bytes : int, optional
+        The disk cache's size bound (default ``$PJRT_PY_CACHE_MAX_BYTES``,
+        else 1 GiB); least recently used entries go first.
 
     ``close()`` makes the client and everything made from it unusable at
     once. The PJRT client itself is destroyed when the last of its buffers and
@@ -38,10 +49,22 @@ class Client:
         self,
         plugin: str | os.PathLike[str] | Plugin | None = None,
         options: dict[str, Any] | None = None,
+        *,
+        cache_dir: str | os.PathLike[str] | bool | None = None,
+        cache_max_bytes: int | None = None,
     ) -> None:
         self._ptr = None
         self._h = None
         self._closed = False
+        self.compile_cache = MemoryCache()
+        if cache_dir is None:
+            cache_dir = os.environ.get(ENV_DIR) or False
+        if cache_dir is True:
+            raise ValueError("cache_dir takes a directory, None or False")
+        self.disk_cache: DiskCache | None = (
+            DiskCache(cache_dir, cache_max_bytes) if cache_dir is not False else None
+        )
+        self._disk_identity: bytes | None = None
         self.plugin = plugin if isinstance(plugin, Plugin) else load_plugin(plugin)
         self._api = self.plugin.api
         if options is not None and not isinstance(options, dict):
@@ -127,11 +150,18 @@ class Client:
         num_replicas: int = 1,
         num_partitions: int = 1,
         compile_options: bytes | None = None,
+        cache: bool = True,
     ) -> Executable:
         """Compile a StableHLO/MLIR program (text ``str`` or bytecode ``bytes``).
 
         ``compile_options`` takes a serialized ``CompileOptionsProto`` as is;
         otherwise one is encoded from ``num_replicas`` / ``num_partitions``.
+
+        Compiling the same program with the same options again takes the
+        compiled program from this client's in-memory cache (each call gets
+        its own :class:`Executable` sharing it), and, with a disk cache, a
+        fresh process loads it instead of compiling.
+        ``cache=False`` compiles anew and leaves both caches alone.
 
         Raises
         ------
@@ -139,16 +169,6 @@ class Client:
             With the compiler's message, if the program is invalid.
         """
         self._check_open()
-        if isinstance(program, str):
-            code = program.encode()
-            signature = main_signature(program)
-        elif isinstance(program, (bytes, bytearray, memoryview)):
-            code = bytes(program)
-            signature = None
-        else:
-            raise TypeError(f"program must be str (MLIR text) or bytes, got {type(program)}")
-        if not code:
-            raise ValueError("program is empty")
         if compile_options is None:
             options = encode_compile_options(
                 num_replicas=num_replicas, num_partitions=num_partitions
@@ -157,6 +177,23 @@ class Client:
             options = bytes(compile_options)
         else:
             raise ValueError("compile_options must be non-empty serialized CompileOptionsProto")
+        if not isinstance(program, (str, bytes, bytearray, memoryview)):
+            raise TypeError(f"program must be str (MLIR text) or bytes, got {type(program)}")
+        if not cache:
+            return self._compile(program, options)
+        key = (program if isinstance(program, (str, bytes)) else bytes(program), options)
+        cached = self.compile_cache.get(key)
+        if cached is None:
+            cached = self._compile_through_disk(program, options)
+            self.compile_cache.put(key, cached)
+        # Each caller gets its own Executable sharing the compiled program, so
+        # one caller's delete() cannot break another's.
+        shared: Executable = cached._share()
+        return shared
+
+    def _compile(self, program: str | bytes | bytearray | memoryview, options: bytes) -> Executable:
+        """Compile with the plugin: no cache involved."""
+        code, signature = self._program_bytes(program)
         code_buf = ffi.new("char[]", code)
         fmt = ffi.new("char[]", b"mlir")
         prog = ffi.new("PJRT_Program*")
@@ -173,6 +210,65 @@ class Client:
         )
         lib.pjrt_py_client_ref(self._h)  # the executable's reference
         return Executable(self, args.executable, signature)
+
+    @staticmethod
+    def _program_bytes(program: str | bytes | bytearray | memoryview) -> tuple[bytes, Any]:
+        if isinstance(program, str):
+            code, signature = program.encode(), main_signature(program)
+        else:
+            code, signature = bytes(program), None
+        if not code:
+            raise ValueError("program is empty")
+        return code, signature
+
+    def _compile_through_disk(
+        self, program: str | bytes | bytearray | memoryview, options: bytes
+    ) -> Executable:
+        disk = self.disk_cache
+        if disk is None:
+            return self._compile(program, options)
+        code, _ = self._program_bytes(program)
+        if self._disk_identity is None:
+            self._disk_identity = serialization.disk_identity(self)
+        key = disk_key(self._disk_identity, code, options)
+        data = disk.get(key)
+        if data is not None:
+            try:
+                exe = self.deserialize(data)
+                disk.hits += 1
+                return exe
+            except (SerializationError, PjrtError):
+                disk.reject(key)  # damaged or unloadable: compile and rewrite
+        exe = self._compile(program, options)
+        # An unwritable cache, or a plugin that cannot serialize, costs a compile.
+        with contextlib.suppress(OSError, PjrtError):
+            disk.put(key, exe.serialize())
+        return exe
+
+    def deserialize(self, data: bytes) -> Executable:
+        """Load an executable from ``Executable.serialize()`` bytes.
+
+        Raises
+        ------
+        SerializationError
+            If ``data`` is not such bytes, is damaged, or was made by a
+            different plugin build or device set: checked before the plugin
+            sees anything.
+        """
+        self._check_open()
+        made_by, signature, payload = serialization.unpack(data)
+        problem = serialization.identity_mismatch(made_by, serialization.plugin_identity(self))
+        if problem:
+            raise SerializationError(problem)
+        blob = ffi.from_buffer(payload)
+        args = self.plugin.invoke(
+            "PJRT_Executable_DeserializeAndLoad",
+            client=self._ptr,
+            serialized_executable=blob,
+            serialized_executable_size=len(payload),
+        )
+        lib.pjrt_py_client_ref(self._h)  # the executable's reference
+        return Executable(self, args.loaded_executable, signature)
 
     def buffer_async(
         self, value: Any, device: Device | None = None, *, zero_copy: bool = False
@@ -200,6 +296,7 @@ class Client:
         """Make the client unusable, and drop its own reference. Idempotent."""
         if not self._closed:
             self._closed = True
+            self.compile_cache.clear()
             h = getattr(self, "_h", None)
             if h is not None and not _runtime.state.finalizing:
                 lib.pjrt_py_client_unref(h)

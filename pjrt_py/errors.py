@@ -106,6 +106,11 @@ class PluginLoadError(PjrtError):
     """A file could not be loaded as a PJRT plugin."""
 
 
+class SerializationError(ValueError):
+    """Bytes given to ``Client.deserialize`` are not a pjrt_py executable, are
+    damaged, or were made by a different plugin build than this client's."""
+
+
 _BY_CODE: dict[int, type[PjrtError]] = {
     cls.code: cls
     for cls in (

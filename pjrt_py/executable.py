@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _runtime
+from . import _hlo_proto, _runtime, serialization
 from ._ffi import ffi, lib
-from .buffer import Buffer, wrap
+from .buffer import Buffer, intern_meta, wrap
 from .dtypes import numpy_dtype
-from .errors import error_from_pjrt
-from .program import ArgSpec
+from .errors import UnimplementedError, error_from_pjrt
+from .program import ArgSpec, mismatch_message, signature_from_shapes
 from .promise import BufferPromise, _Events
 
 if TYPE_CHECKING:
@@ -23,15 +24,60 @@ _execute = lib.pjrt_py_execute
 _execute1 = lib.pjrt_py_execute1
 _take_error = lib.pjrt_py_take_error
 _new = object.__new__
+_PY_SCALARS = (bool, int, float, complex)
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """Compiled memory use, in bytes (``PJRT_Executable_GetCompiledMemoryStats``).
+
+    ``host_*`` fields count host memory a device program uses; on the CPU
+    plugin everything is in the default memory and they are zero.
+    """
+
+    generated_code_size_in_bytes: int
+    argument_size_in_bytes: int
+    output_size_in_bytes: int
+    alias_size_in_bytes: int
+    temp_size_in_bytes: int
+    host_generated_code_size_in_bytes: int
+    host_argument_size_in_bytes: int
+    host_output_size_in_bytes: int
+    host_alias_size_in_bytes: int
+    host_temp_size_in_bytes: int
+
+
+class _Loaded:
+    """Owns one ``PJRT_LoadedExecutable`` (and its ``PJRT_Executable``).
+
+    Executables handed out for the same cached program share one; the PJRT
+    objects are destroyed, and the client reference dropped, when the last
+    holder lets go.
+    """
+
+    __slots__ = ("h", "ptr", "exe")
+
+    def __init__(self, h: Any, ptr: Any) -> None:
+        self.h, self.ptr, self.exe = h, ptr, None
+
+    def __del__(self) -> None:
+        if self.ptr is not None and not _runtime.state.finalizing:
+            lib.pjrt_py_loaded_executable_destroy(self.h, self.ptr, self.exe or _NULL)
 
 
 class Executable:
-    """A program compiled for a client's device(s). Made by ``Client.compile``.
+    """A program compiled for a client's device(s). Made by ``Client.compile``
+    or ``Client.deserialize``.
 
     Call ``execute(*args)`` for outputs that are ready on return, or
     ``execute_async(*args)`` for a :class:`~pjrt_py.BufferPromise` at once.
     Arguments may be :class:`~pjrt_py.Buffer`, promises of one buffer, or
     numpy arrays / scalars (transferred to the executable's device first).
+
+    Arguments are checked against :attr:`input_signature` before anything
+    reaches the plugin: a wrong count, shape or dtype raises ``TypeError``.
+    Python scalars take the dtype of their parameter, as JAX's weakly typed
+    scalars do; numpy arrays and buffers must match exactly.
     """
 
     def __init__(self, client: Client, ptr: Any, signature: list[ArgSpec] | None) -> None:
@@ -40,11 +86,12 @@ class Executable:
         self._client = client
         self._api = client._api
         self._h = client._h
+        self._owner: _Loaded | None = _Loaded(client._h, ptr)
         self._ptr = ptr
         self._exe = None
-        self.signature = signature
         invoke = client.plugin.invoke
         self._exe = invoke("PJRT_LoadedExecutable_GetExecutable", loaded_executable=ptr).executable
+        self._owner.exe = self._exe
         name = invoke("PJRT_Executable_Name", executable=self._exe)
         self.name: str = ffi.unpack(name.executable_name, name.executable_name_size).decode()
         self.num_outputs: int = invoke(
@@ -55,11 +102,62 @@ class Executable:
             client._device_for(devs.addressable_devices[i])
             for i in range(devs.num_addressable_devices)
         ]
+        self.num_replicas: int = self._count("PJRT_Executable_NumReplicas", "num_replicas")
+        self.num_partitions: int = self._count("PJRT_Executable_NumPartitions", "num_partitions")
+
+        # The compiled signature: names from the program text (or the
+        # serialized envelope), shapes and dtypes from the compiled module
+        # where the plugin reports one, else from the text.
+        shape = self._program_shape()
+        if shape is not None:
+            signature = signature_from_shapes(signature, shape.parameters)
+        self._signature = signature
+        # What a call compares against: one (shape, dtype) per parameter, the
+        # form Buffer._meta takes, so matching arguments cost one list compare.
+        # None (no static signature) never equals a list: every call then
+        # takes the slow path, which checks what can be checked.
+        static = signature is not None and all(s.is_static for s in signature)
+        self._check = signature is not None
+        self._expect = (
+            [intern_meta((s.shape, s.dtype)) for s in signature]  # type: ignore[arg-type]
+            if static and signature is not None
+            else None
+        )
+        # Outputs of fixed shape get their metadata at creation, so a chained
+        # call's check does not ask the plugin for it.
+        self._out_meta = self._static_outputs(shape)
+        self._out_meta1 = self._out_meta[0] if self._out_meta and self.num_outputs == 1 else None
 
         # Precomputed once so a call does no more than it must.
         self._num_args = -1 if signature is None else len(signature)  # -1: unknown
         self._out_type = f"PJRT_Buffer*[{max(self.num_outputs, 1)}]"
         self._blocked = len(self.devices) != 1  # or deleted; see _raise_blocked
+
+    def _count(self, function: str, field: str) -> int:
+        if not self._client.plugin.supports(function):
+            return 1
+        return int(getattr(self._client.plugin.invoke(function, executable=self._exe), field))
+
+    def _program_shape(self) -> _hlo_proto.ProgramShape | None:
+        """The compiled module's signature, or None if the plugin cannot say."""
+        try:
+            fmt, data = self.optimized_program()
+            return _hlo_proto.program_shape(_hlo_proto.hlo_module(data, fmt))
+        except (UnimplementedError, _hlo_proto.ProtoError):
+            return None
+
+    def _static_outputs(
+        self, shape: _hlo_proto.ProgramShape | None
+    ) -> list[tuple[tuple[int, ...], np.dtype[Any]]] | None:
+        if shape is None or len(shape.results) != self.num_outputs:
+            return None
+        if any(r.dynamic or r.dtype is None or r.is_tuple for r in shape.results):
+            return None
+        metas = [intern_meta((r.dims, r.dtype)) for r in shape.results if r.dtype is not None]
+        # The module and PJRT's own answer must agree before one stands for the other.
+        if [m[0] for m in metas] != self.output_shapes:
+            return None
+        return metas
 
     # -- metadata -------------------------------------------------------
     @property
@@ -68,8 +166,18 @@ class Executable:
 
     @property
     def num_args(self) -> int | None:
-        """Parameter count from the program's ``@main`` (None for bytecode)."""
+        """The parameter count, or None where neither the program nor the plugin tells."""
         return None if self._num_args < 0 else self._num_args
+
+    @property
+    def input_signature(self) -> list[ArgSpec] | None:
+        """Name, shape and dtype of each parameter, as compiled (None if unknown).
+
+        Names come from ``jax.arg_info`` or the ``%name`` in a text program's
+        ``@main``; where there is no text (bytecode), parameters are named by
+        position and shapes come from the compiled module.
+        """
+        return None if self._signature is None else list(self._signature)
 
     @property
     def output_dtypes(self) -> list[np.dtype[Any]]:
@@ -90,6 +198,105 @@ class Executable:
             at += n
         return shapes
 
+    @property
+    def fingerprint(self) -> str | None:
+        """The plugin's fingerprint of the compiled program, or None if it has none.
+
+        Per the PJRT header, compiling the same program with the same options
+        and compiler gives the same fingerprint.
+        """
+        try:
+            args = self._client.plugin.invoke(
+                "PJRT_Executable_Fingerprint", executable=self._live_exe()
+            )
+        except UnimplementedError:
+            return None
+        raw: bytes = ffi.unpack(args.executable_fingerprint, args.executable_fingerprint_size)
+        return raw.decode("utf-8", "replace")
+
+    def optimized_program(self) -> tuple[str, bytes]:
+        """``(format, bytes)`` of the program after optimization.
+
+        XLA plugins answer ``"hlo_with_config"`` (a serialized
+        ``HloModuleProtoWithConfig``) or ``"hlo"`` (an ``HloModuleProto``).
+        Raises :class:`~pjrt_py.UnsupportedError` if the plugin cannot.
+        """
+        invoke = self._client.plugin.invoke
+        program = ffi.new("PJRT_Program*")
+        program.struct_size = lib.PJRT_Program_STRUCT_SIZE
+        exe = self._live_exe()
+        invoke("PJRT_Executable_OptimizedProgram", executable=exe, program=program)  # size
+        code = ffi.new("char[]", max(program.code_size, 1))
+        program.code = code
+        invoke("PJRT_Executable_OptimizedProgram", executable=exe, program=program)
+        fmt = ffi.unpack(program.format, program.format_size).decode()
+        return fmt, ffi.unpack(code, program.code_size)
+
+    def as_text(self) -> str:
+        """The optimized program as HLO text.
+
+        PJRT hands over a protobuf, not text; printing it takes XLA's HLO
+        printer, which pjrt_py borrows from ``jaxlib`` when it is installed.
+        Without jaxlib this raises :class:`~pjrt_py.UnsupportedError`;
+        :meth:`optimized_program` still returns the raw module.
+        """
+        from .errors import UnsupportedError
+
+        fmt, data = self.optimized_program()
+        try:
+            from jaxlib import _hlo  # type: ignore[attr-defined]
+        except ImportError:
+            raise UnsupportedError(
+                "printing HLO text needs jaxlib's HLO printer (pip install jaxlib); "
+                "optimized_program() returns the module as bytes"
+            ) from None
+        try:
+            module = _hlo_proto.hlo_module(data, fmt)
+            text: str = _hlo.HloModule.from_serialized_hlo_module_proto(module).to_string()
+        except (_hlo_proto.ProtoError, ValueError, RuntimeError) as e:
+            raise UnsupportedError(
+                f"jaxlib cannot print this plugin's {fmt!r} program (a different XLA version?): {e}"
+            ) from None
+        return text
+
+    def cost_analysis(self) -> dict[str, Any] | None:
+        """The plugin's cost estimates (``flops``, ``bytes accessed``, ...), or None."""
+        try:
+            args = self._client.plugin.invoke(
+                "PJRT_Executable_GetCostAnalysis", executable=self._live_exe()
+            )
+        except UnimplementedError:
+            return None
+        from .plugin import named_values
+
+        return named_values(args.properties, args.num_properties)
+
+    def memory_analysis(self) -> MemoryStats | None:
+        """Compiled memory statistics, or None where the plugin has none."""
+        try:
+            args = self._client.plugin.invoke(
+                "PJRT_Executable_GetCompiledMemoryStats", executable=self._live_exe()
+            )
+        except UnimplementedError:
+            return None
+        return MemoryStats(**{f: int(getattr(args, f)) for f in MemoryStats.__dataclass_fields__})
+
+    # -- serialization --------------------------------------------------
+    def serialize(self) -> bytes:
+        """The compiled program as bytes, for ``Client.deserialize`` later.
+
+        Only a client of the same plugin build and devices can load them (see
+        :mod:`pjrt_py.serialization`); the bytes carry a checksum and the
+        parameter signature.
+        """
+        args = self._client.plugin.invoke("PJRT_Executable_Serialize", executable=self._live_exe())
+        try:
+            payload = ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
+        finally:
+            args.serialized_executable_deleter(args.serialized_executable)
+        identity = serialization.plugin_identity(self._client)
+        return serialization.pack(identity, self._signature, payload)
+
     # -- lifetime -------------------------------------------------------
     def _live_exe(self) -> Any:
         if self._ptr is None:
@@ -103,17 +310,24 @@ class Executable:
         return self._ptr is None
 
     def delete(self) -> None:
-        """Release the compiled program. Idempotent; later calls raise."""
-        ptr, exe, self._ptr, self._exe = self._ptr, self._exe, None, None
+        """Release this executable. Idempotent; later calls on it raise.
+
+        The compiled program is freed once nothing holds it: executables
+        returned by ``Client.compile`` for the same program share it with the
+        client's compile cache (``client.compile_cache.clear()`` drops the
+        cache's hold). Deleting one never breaks another.
+        """
+        self._ptr = self._exe = None
         self._blocked = True
-        if ptr is not None and not _runtime.state.finalizing:
-            lib.pjrt_py_loaded_executable_destroy(self._h, ptr, exe or _NULL)
+        self._owner = None  # the last holder's release destroys the PJRT objects
 
     close = delete
 
-    def __del__(self) -> None:
-        if getattr(self, "_h", None) is not None:
-            self.delete()
+    def _share(self) -> Executable:
+        """Another executable for the same compiled program (a cache hit)."""
+        other: Executable = _new(Executable)
+        other.__dict__.update(self.__dict__)
+        return other
 
     def __enter__(self) -> Executable:
         return self
@@ -121,7 +335,7 @@ class Executable:
     def __exit__(self, *exc: object) -> None:
         self.delete()
 
-    # -- execution ------------------------------------------------------
+    # -- argument checks --------------------------------------------------
     def _raise_blocked(self) -> None:
         self._live_exe()
         raise NotImplementedError(
@@ -129,45 +343,86 @@ class Executable:
             f"single-device programs"
         )
 
-    def _argument(self, arg: Any, index: int, keep: list[Any]) -> Any:
-        """The PJRT_Buffer* for an argument that is not a plain Buffer of ours."""
+    def _raise_count(self, given: int) -> None:
+        raise TypeError(f"{self.name} takes {self._num_args} argument(s), {given} given")
+
+    def _check_arguments(self, metas: list[Any]) -> None:
+        """Raise TypeError listing every argument that does not match the signature.
+
+        ``metas`` holds ``(shape, dtype)`` per argument, None where unknown.
+        """
+        if self._signature is None:
+            return
+        message = mismatch_message(self.name, self._signature, metas)
+        if message:
+            raise TypeError(message)
+
+    def _resolve(self, arg: Any, index: int) -> Any:
+        """A Buffer of ours, or a numpy array to transfer, for one argument."""
         if isinstance(arg, BufferPromise):
             arg = arg.buffer()
-        elif not isinstance(arg, Buffer):
-            if isinstance(arg, (np.ndarray, np.generic, bool, int, float, complex)):
-                arg = self._client.buffer_async(arg, self.devices[0]).buffer()
-                keep.append(arg)
-            else:
-                raise TypeError(
-                    f"argument {index}: expected a Buffer, a promise of one, or a numpy "
-                    f"array/scalar, got {type(arg).__name__}"
-                )
-        if arg._client is not self._client:
-            raise ValueError(f"argument {index}: buffer belongs to another client")
-        if arg._ptr is None:
-            raise ValueError(f"argument {index}: buffer has been deleted")
-        return arg._ptr
+        if isinstance(arg, Buffer):
+            if arg._client is not self._client:
+                raise ValueError(f"argument {index}: buffer belongs to another client")
+            if arg._ptr is None:
+                raise ValueError(f"argument {index}: buffer has been deleted")
+            return arg
+        if isinstance(arg, _PY_SCALARS):
+            spec = self._signature[index] if self._signature else None
+            if spec is not None and spec.dtype is not None:
+                return np.asarray(arg, dtype=spec.dtype)  # weakly typed, like JAX
+            return np.asarray(arg)
+        if isinstance(arg, (np.ndarray, np.generic)):
+            return np.asarray(arg)
+        raise TypeError(
+            f"argument {index}: expected a Buffer, a promise of one, or a numpy "
+            f"array/scalar, got {type(arg).__name__}"
+        )
 
+    def _pointers_slow(self, args: tuple[Any, ...], keep: list[Any]) -> list[Any]:
+        """Check and convert arguments that are not all plain Buffers of ours.
+
+        Everything is checked before the first transfer starts, so a rejected
+        call sends nothing to the plugin.
+        """
+        resolved = [self._resolve(a, i) for i, a in enumerate(args)]
+        if self._check:
+            metas = [
+                r._metadata() if isinstance(r, Buffer) else (r.shape, r.dtype) for r in resolved
+            ]
+            self._check_arguments(metas)
+        ptrs = []
+        for r in resolved:
+            if not isinstance(r, Buffer):
+                r = self._client.buffer_async(r, self.devices[0]).buffer()
+                keep.append(r)
+            ptrs.append(r._ptr)
+        return ptrs
+
+    # -- execution ------------------------------------------------------
     def execute_async(self, *args: Any) -> BufferPromise:
         """Dispatch the program and return a promise of its outputs at once."""
         # The hot path: everything that can be is precomputed in __init__;
-        # anything unusual (promises, numpy arrays, errors) takes _argument.
+        # anything unusual (promises, numpy arrays, errors) takes _pointers_slow.
         client = self._client
         if client._closed or self._blocked:
             self._raise_blocked()
         if len(args) != self._num_args and self._num_args >= 0:
-            raise TypeError(f"{self.name} takes {self._num_args} argument(s), {len(args)} given")
+            self._raise_count(len(args))
         try:
-            ptrs = []
+            ptrs, metas = [], []
             for a in args:  # AttributeError for anything but a Buffer
                 if a._client is not client:
                     raise AttributeError
                 ptrs.append(a._ptr)
-            if None in ptrs:
+                metas.append(a._meta)
+            if metas != self._expect or None in ptrs:
+                # Metadata unknown, dynamic dimensions, no signature, a
+                # mismatch, or a deleted buffer: the slow path says which.
                 raise AttributeError
         except AttributeError:
             keep: list[Any] = []  # buffers made here from numpy arguments
-            ptrs = [self._argument(a, i, keep) for i, a in enumerate(args)]
+            ptrs = self._pointers_slow(args, keep)
         n_out = self.num_outputs
         if n_out == 1:
             out = _execute1(self._h, self._ptr, ptrs, len(ptrs))
@@ -178,7 +433,7 @@ class Executable:
             buf = _new(Buffer)
             buf._ptr = out
             buf._client = client
-            buf._meta = None
+            buf._meta = self._out_meta1
             promise = _new(BufferPromise)
             promise._buffers = (buf,)
             promise._arity = 1
@@ -189,7 +444,10 @@ class Executable:
             error = _execute(self._h, self._ptr, ptrs, len(ptrs), outs, n_out, _NULL)
             if error:
                 raise error_from_pjrt(self._api, error)
-            return BufferPromise(tuple([wrap(client, outs[i]) for i in range(n_out)]), n_out)
+            metas_out: list[Any] = [None] * n_out if self._out_meta is None else self._out_meta
+            return BufferPromise(
+                tuple([wrap(client, outs[i], metas_out[i]) for i in range(n_out)]), n_out
+            )
         done = ffi.new("PJRT_Event**")
         error = _execute(self._h, self._ptr, ptrs, len(ptrs), outs, 0, done)
         if error:

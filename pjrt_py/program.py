@@ -1,19 +1,25 @@
-"""Reading a StableHLO/MLIR text program's ``@main`` signature.
+"""Program signatures: reading ``@main`` of a text program, and checking calls.
 
-Used to check argument counts (and later shapes) in Python, before anything
-reaches the plugin. Bytecode programs have no readable signature; for those
-the plugin's own checks apply.
+An executable's signature is used to check every call's arguments in Python,
+before anything reaches the plugin (which would otherwise reinterpret a
+same-sized buffer of another dtype without a word). Names come from the text
+(``jax.arg_info`` or ``%name``); bytecode programs get shapes from the compiled
+module instead (see ``_hlo_proto``) and are named by position.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .dtypes import MLIR_NAMES
+
+if TYPE_CHECKING:
+    from ._hlo_proto import Shape
 
 _MAIN = re.compile(r"func\.func\s+(?:public\s+|private\s+)?@main\s*\(")
 _ARG_INFO = re.compile(r'jax\.arg_info\s*=\s*"([^"]*)"')
@@ -29,10 +35,75 @@ class ArgSpec:
     dtype: np.dtype[Any] | None
 
     def __str__(self) -> str:
-        if self.shape is None or self.dtype is None:
+        if self.dtype is None:
             return "<non-tensor>"
-        dims = ",".join("?" if d is None else str(d) for d in self.shape)
-        return f"{self.dtype}[{dims}]"
+        return type_text(self.shape, self.dtype)
+
+    @property
+    def is_static(self) -> bool:
+        """A tensor of known dtype and fixed shape: checked by one comparison."""
+        return self.dtype is not None and self.shape is not None and None not in self.shape
+
+    def accepts(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> bool:
+        """Whether an argument of ``shape`` and ``dtype`` fits this parameter."""
+        if self.dtype is None:
+            return True  # a token or tuple: nothing pjrt_py can check
+        if dtype != self.dtype:
+            return False
+        if self.shape is None:
+            return True  # only the dtype is known (a dynamic parameter)
+        return len(shape) == len(self.shape) and all(
+            want is None or want == got for want, got in zip(self.shape, shape, strict=False)
+        )
+
+
+def type_text(shape: Sequence[int | None] | None, dtype: np.dtype[Any]) -> str:
+    """``float32[2,3]``: the spelling used in argument errors."""
+    if shape is None:
+        return f"{dtype}[...]"
+    dims = ",".join("?" if d is None else str(d) for d in shape)
+    return f"{dtype}[{dims}]"
+
+
+def signature_from_shapes(
+    text: list[ArgSpec] | None, parameters: Sequence[Shape]
+) -> list[ArgSpec] | None:
+    """Merge a text signature (names) with a compiled module's parameter shapes.
+
+    The text wins where it knows a tensor type; the module fills in the rest,
+    and is the whole answer where there is no text.
+    """
+    if text is not None and len(text) != len(parameters):
+        return text  # cannot be matched up; keep what the text says
+    merged = []
+    for index, param in enumerate(parameters):
+        spec = text[index] if text is not None else ArgSpec("", None, None)
+        if spec.dtype is None and param.dtype is not None and not param.is_tuple:
+            shape = None if param.dynamic else param.dims
+            spec = ArgSpec(spec.name, shape, param.dtype)
+        merged.append(spec)
+    return merged
+
+
+def mismatch_message(
+    program: str, signature: Sequence[ArgSpec], metas: Sequence[Any]
+) -> str | None:
+    """The TypeError text for arguments that do not fit ``signature``, or None.
+
+    ``metas`` holds one ``(shape, dtype)`` per argument.
+    """
+    lines = []
+    for index, (spec, meta) in enumerate(zip(signature, metas, strict=False)):
+        if meta is None or spec.accepts(*meta):
+            continue
+        label = repr(spec.name) if spec.name else str(index)
+        lines.append(f"Argument {label} compiled with {spec} and called with {type_text(*meta)}")
+    if not lines:
+        return None
+    return (
+        f"{program}: the arguments differ from the types this program was compiled for:\n  "
+        + "\n  ".join(lines)
+    )
 
 
 def _split_top_level(text: str, start: int) -> tuple[list[str], int]:
@@ -99,7 +170,7 @@ def main_signature(program: str) -> list[ArgSpec] | None:
         attrs_at = rest.find("{")
         type_text = rest if attrs_at < 0 else rest[:attrs_at]
         info = _ARG_INFO.search(rest)
-        name = info.group(1) if info else name_type.group(1)
+        name = info.group(1) if info else name_type.group(1).lstrip("%")
         shape, dtype = _tensor(type_text.strip())
         specs.append(ArgSpec(name or f"arg{index}", shape, dtype))
     return specs

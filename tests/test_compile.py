@@ -28,9 +28,17 @@ def test_bytecode_program_compiles() -> None:
     bytecode = mlir.module_to_bytecode(lowered.compiler_ir("stablehlo"))
     assert isinstance(bytecode, bytes)
     exe = client.compile(bytecode)
-    assert exe.num_args is None  # bytecode has no readable signature
+    # Bytecode has no readable text: the signature comes from the compiled
+    # module, with parameters named by position.
+    assert exe.num_args == 1
+    (spec,) = exe.input_signature
+    assert (spec.name, spec.shape, spec.dtype) == ("", (3,), np.float32)
     out = exe.execute(np.arange(3, dtype=np.float32)).to_numpy()
     np.testing.assert_array_equal(out, np.arange(3, dtype=np.float32) * 2 + 1)
+    with pytest.raises(
+        TypeError, match=r"Argument 0 compiled with float32\[3\] and called with float32\[4\]"
+    ):
+        exe.execute(np.zeros(4, np.float32))
 
 
 def test_invalid_program_raises_with_the_compiler_message(client: pjrt_py.Client) -> None:

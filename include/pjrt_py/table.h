@@ -31,6 +31,15 @@ typedef struct {
   PJRT_Error* (*PJRT_Executable_NumOutputs)(PJRT_Executable_NumOutputs_Args*);
   PJRT_Error* (*PJRT_Executable_OutputElementTypes)(PJRT_Executable_OutputElementTypes_Args*);
   PJRT_Error* (*PJRT_Executable_OutputDimensions)(PJRT_Executable_OutputDimensions_Args*);
+  PJRT_Error* (*PJRT_Executable_NumReplicas)(PJRT_Executable_NumReplicas_Args*);
+  PJRT_Error* (*PJRT_Executable_NumPartitions)(PJRT_Executable_NumPartitions_Args*);
+  PJRT_Error* (*PJRT_Executable_Fingerprint)(PJRT_Executable_Fingerprint_Args*);
+  PJRT_Error* (*PJRT_Executable_OptimizedProgram)(PJRT_Executable_OptimizedProgram_Args*);
+  PJRT_Error* (*PJRT_Executable_GetCostAnalysis)(PJRT_Executable_GetCostAnalysis_Args*);
+  PJRT_Error* (*PJRT_Executable_GetCompiledMemoryStats)(
+      PJRT_Executable_GetCompiledMemoryStats_Args*);
+  PJRT_Error* (*PJRT_Executable_Serialize)(PJRT_Executable_Serialize_Args*);
+  PJRT_Error* (*PJRT_Executable_DeserializeAndLoad)(PJRT_Executable_DeserializeAndLoad_Args*);
   PJRT_Error* (*PJRT_LoadedExecutable_GetExecutable)(PJRT_LoadedExecutable_GetExecutable_Args*);
   PJRT_Error* (*PJRT_LoadedExecutable_AddressableDevices)(
       PJRT_LoadedExecutable_AddressableDevices_Args*);

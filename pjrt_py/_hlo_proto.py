@@ -1,0 +1,181 @@
+"""Just enough of XLA's HLO protobufs to read a compiled program's signature.
+
+``PJRT_Executable_OptimizedProgram`` returns an ``HloModuleProtoWithConfig``
+(format ``hlo_with_config``) or an ``HloModuleProto`` (``hlo``). pjrt_py takes
+no protobuf dependency, so the few fields it needs are read from the wire
+format here. Field numbers are those of xla/xla.proto, xla/xla_data.proto and
+xla/service/hlo.proto.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+# HloModuleProtoWithConfig
+_WITH_CONFIG_MODULE = 1
+# HloModuleProto
+_MODULE_NAME = 1
+_MODULE_PROGRAM_SHAPE = 4
+# ProgramShapeProto
+_PROGRAM_PARAMETERS = 1
+_PROGRAM_RESULT = 2
+# ShapeProto
+_SHAPE_ELEMENT_TYPE = 2
+_SHAPE_DIMENSIONS = 3
+_SHAPE_TUPLE_SHAPES = 4
+_SHAPE_IS_DYNAMIC = 6
+
+_TUPLE = 13  # xla.PrimitiveType.TUPLE
+
+# xla.PrimitiveType -> numpy dtype. These numbers differ from PJRT_Buffer_Type
+# for BF16 and the complex types, so they get their own table.
+_PRIMITIVE: dict[int, np.dtype[Any]] = {
+    1: np.dtype(np.bool_),
+    2: np.dtype(np.int8),
+    3: np.dtype(np.int16),
+    4: np.dtype(np.int32),
+    5: np.dtype(np.int64),
+    6: np.dtype(np.uint8),
+    7: np.dtype(np.uint16),
+    8: np.dtype(np.uint32),
+    9: np.dtype(np.uint64),
+    10: np.dtype(np.float16),
+    11: np.dtype(np.float32),
+    12: np.dtype(np.float64),
+    15: np.dtype(np.complex64),
+    16: np.dtype(ml_dtypes.bfloat16),
+    18: np.dtype(np.complex128),
+    19: np.dtype(ml_dtypes.float8_e5m2),
+    20: np.dtype(ml_dtypes.float8_e4m3fn),
+}
+
+
+class ProtoError(ValueError):
+    """The bytes are not the protobuf message they were expected to be."""
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= len(data):
+            raise ProtoError("truncated varint")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+        if shift > 63:
+            raise ProtoError("varint too long")
+
+
+def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
+    """(field number, value) for each field of one message: ints or bytes."""
+    at = 0
+    while at < len(data):
+        key, at = _varint(data, at)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = _varint(data, at)
+            yield number, value
+        elif wire == 2:
+            size, at = _varint(data, at)
+            if at + size > len(data):
+                raise ProtoError("truncated field")
+            yield number, data[at : at + size]
+            at += size
+        elif wire in (1, 5):
+            width = 8 if wire == 1 else 4
+            yield number, data[at : at + width]
+            at += width
+        else:
+            raise ProtoError(f"unsupported wire type {wire}")
+
+
+def _packed(value: int | bytes) -> list[int]:
+    if isinstance(value, int):  # one element written unpacked
+        return [value]
+    out, at = [], 0
+    while at < len(value):
+        item, at = _varint(value, at)
+        out.append(item)
+    return out
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An array shape from a ShapeProto; ``dtype`` is None for tokens and tuples."""
+
+    dims: tuple[int, ...]
+    dtype: np.dtype[Any] | None
+    dynamic: bool  # any dimension only bounded, not fixed
+    elements: tuple[Shape, ...] = ()  # the members of a tuple shape
+    is_tuple: bool = False
+
+
+def _shape(data: bytes) -> Shape:
+    kind, dims, dynamic, elements = 0, [], False, []
+    for number, value in fields(data):
+        if number == _SHAPE_ELEMENT_TYPE and isinstance(value, int):
+            kind = value
+        elif number == _SHAPE_DIMENSIONS:
+            dims.extend(_packed(value))
+        elif number == _SHAPE_IS_DYNAMIC:
+            dynamic = dynamic or any(_packed(value))
+        elif number == _SHAPE_TUPLE_SHAPES and isinstance(value, bytes):
+            elements.append(_shape(value))
+    # int64 dimensions: a negative one (dynamic in some encodings) wraps
+    dims = [d - (1 << 64) if d >= 1 << 63 else d for d in dims]
+    dynamic = dynamic or any(d < 0 for d in dims)
+    return Shape(tuple(dims), _PRIMITIVE.get(kind), dynamic, tuple(elements), kind == _TUPLE)
+
+
+@dataclass(frozen=True)
+class ProgramShape:
+    """The entry computation's parameters and results."""
+
+    name: str
+    parameters: tuple[Shape, ...]
+    results: tuple[Shape, ...]  # a tuple result is flattened one level
+
+
+def hlo_module(data: bytes, fmt: str) -> bytes:
+    """The ``HloModuleProto`` inside an optimized program of format ``fmt``."""
+    if fmt == "hlo":
+        return data
+    if fmt == "hlo_with_config":
+        for number, value in fields(data):
+            if number == _WITH_CONFIG_MODULE and isinstance(value, bytes):
+                return value
+        raise ProtoError("hlo_with_config without a module")
+    raise ProtoError(f"optimized program format {fmt!r} is not an HLO proto")
+
+
+def program_shape(module: bytes) -> ProgramShape:
+    """The entry signature recorded in an ``HloModuleProto``."""
+    name, shape = "", None
+    for number, value in fields(module):
+        if number == _MODULE_NAME and isinstance(value, bytes):
+            name = value.decode("utf-8", "replace")
+        elif number == _MODULE_PROGRAM_SHAPE and isinstance(value, bytes):
+            shape = value
+    if shape is None:
+        raise ProtoError("module has no program shape")
+    params, result = [], None
+    for number, value in fields(shape):
+        if number == _PROGRAM_PARAMETERS and isinstance(value, bytes):
+            params.append(_shape(value))
+        elif number == _PROGRAM_RESULT and isinstance(value, bytes):
+            result = _shape(value)
+    if result is None:
+        results: tuple[Shape, ...] = ()
+    elif result.is_tuple:
+        results = result.elements
+    else:
+        results = (result,)
+    return ProgramShape(name, tuple(params), results)

@@ -1,0 +1,327 @@
+"""``pjrt_py.jit``: trace a function with JAX, run it on pjrt_py.
+
+JAX does the tracing and lowering to StableHLO; pjrt_py compiles the text on
+its own client, caches the executable per call signature, and dispatches it.
+jax is an optional dependency, imported on first use.
+
+A call's signature is the structure of its arguments (a pytree), the shape
+and dtype of each array argument, the type of each Python scalar (scalars are
+weakly typed, as in JAX: one executable serves every value), and the values of
+the static arguments. Calls with a signature seen before cost a dictionary
+lookup and a dispatch; a new signature lowers and compiles once.
+
+Like ``jax.jit``, a call returns at once: its outputs are pjrt_py
+:class:`~pjrt_py.Buffer` objects in the structure the function returns, whose
+work may still be running. Reading one (``to_numpy()``, ``np.asarray``) or
+``block_until_ready()`` waits, and raises if the work failed. Outputs can be
+passed straight to the next call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .buffer import Buffer
+from .executable import Executable
+from .program import ArgSpec
+from .promise import BufferPromise
+
+if TYPE_CHECKING:
+    from .client import Client
+
+_SCALARS = (bool, int, float, complex)
+
+
+_JAX: Any = None
+_flatten: Any = None  # jax.tree_util.tree_flatten / tree_unflatten, bound on first use
+_unflatten: Any = None
+
+
+def _jax() -> Any:
+    global _JAX, _flatten, _unflatten
+    if _JAX is None:
+        try:
+            import jax
+        except ImportError:
+            raise ImportError(
+                "pjrt_py.jit traces functions with JAX: pip install jax (or pjrt_py[test])"
+            ) from None
+        _JAX = jax
+        _flatten, _unflatten = jax.tree_util.tree_flatten, jax.tree_util.tree_unflatten
+    return _JAX
+
+
+def jit(
+    fn: Callable[..., Any] | None = None,
+    *,
+    static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Sequence[str] = (),
+    client: Client | None = None,
+) -> Any:
+    """Compile ``fn`` with JAX's tracer and run it on pjrt_py.
+
+    Parameters
+    ----------
+    fn : callable
+        A JAX-traceable function of arrays (and pytrees of them). Usable as a
+        decorator, with or without arguments.
+    static_argnums, static_argnames : int/str or sequences of them
+        Arguments whose values are part of the compiled program (they must be
+        hashable); each distinct value compiles once.
+    client : Client, optional
+        Where to compile and run; ``pjrt_py.default_client()`` if None.
+    """
+    if fn is None:
+        return functools.partial(
+            jit, static_argnums=static_argnums, static_argnames=static_argnames, client=client
+        )
+    return Jitted(fn, static_argnums, static_argnames, client)
+
+
+class Lowered:
+    """A function lowered to StableHLO for one call signature (seed 004's stage 2)."""
+
+    def __init__(self, jitted: Jitted, text: str, in_tree: Any, out_tree: Any, names: list[str]):
+        self._jitted = jitted
+        self._text = text
+        self.in_tree = in_tree  # structure of the (non-static) arguments
+        self.out_tree = out_tree  # structure of the outputs
+        self.arg_names = names
+
+    def as_text(self) -> str:
+        """The StableHLO (MLIR text) handed to the compiler."""
+        return self._text
+
+    def compile(self) -> Executable:
+        """Compile for the client: an :class:`~pjrt_py.Executable` taking the
+        flattened array arguments (static ones removed), in ``in_tree`` order."""
+        exe = self._jitted.client.compile(self._text)
+        signature = exe.input_signature
+        if signature is not None and len(signature) == len(self.arg_names):
+            exe._signature = [
+                ArgSpec(name, s.shape, s.dtype)
+                for name, s in zip(self.arg_names, signature, strict=False)
+            ]
+        return exe
+
+
+class Jitted:
+    """A function compiled per call signature; made by :func:`jit`."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        static_argnums: int | Sequence[int],
+        static_argnames: str | Sequence[str],
+        client: Client | None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"jit expects a callable, got {type(fn).__name__}")
+        _jax()  # jax is needed from the first call on; say so now if it is missing
+        self.fn = fn
+        nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        self._params: list[inspect.Parameter] = []
+        with contextlib.suppress(TypeError, ValueError):
+            self._params = list(inspect.signature(fn).parameters.values())
+        # Like jax.jit: a static name also makes its position static, and back.
+        positional = [
+            p.name for p in self._params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        nums += tuple(positional.index(n) for n in names if n in positional)
+        names += tuple(positional[i] for i in nums if 0 <= i < len(positional))
+        self.static_argnums = tuple(sorted(set(nums)))
+        self.static_argnames = tuple(sorted(set(names)))
+        self._client = client
+        # signature -> (executable, output structure, whether it is one array)
+        self._cache: dict[Any, tuple[Executable, Any, bool]] = {}
+        self._lock = threading.Lock()
+        self._jax_jit: Any = None
+        functools.update_wrapper(self, fn)
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            from . import default_client
+
+            self._client = default_client()
+        return self._client
+
+    # -- signatures -------------------------------------------------------
+    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """(dynamic args, dynamic kwargs, hashable static values)."""
+        nums, names = self.static_argnums, self.static_argnames
+        if not nums and not names:
+            return args, kwargs, ()
+        dyn = tuple(a for i, a in enumerate(args) if i not in nums)
+        dyn_kw = {k: v for k, v in kwargs.items() if k not in names}
+        static = tuple((i, args[i]) for i in nums if i < len(args)) + tuple(
+            sorted((k, v) for k, v in kwargs.items() if k in names)
+        )
+        try:
+            hash(static)
+        except TypeError as e:
+            raise TypeError(f"static arguments must be hashable: {e}") from None
+        return dyn, dyn_kw, static
+
+    def _leaf_specs(self, leaves: list[Any]) -> tuple[Any, ...]:
+        """One hashable spec per leaf; converts leaves in place where JAX would."""
+        specs = []
+        for i, x in enumerate(leaves):
+            t = type(x)
+            if t is Buffer:
+                specs.append(x._meta or x._metadata())
+            elif t is np.ndarray:
+                dtype = _canonical(x.dtype)
+                if dtype is not x.dtype and dtype != x.dtype:
+                    x = leaves[i] = x.astype(dtype)
+                specs.append((x.shape, x.dtype))
+            elif t in _SCALARS:
+                specs.append(t)  # weakly typed: the value is not part of the key
+            elif t is BufferPromise:
+                leaves[i] = buf = x.buffer()
+                specs.append(buf._metadata())
+            elif isinstance(x, np.generic):
+                leaves[i] = arr = np.asarray(x)
+                arr = leaves[i] = arr.astype(_canonical(arr.dtype))
+                specs.append((arr.shape, arr.dtype))
+            else:
+                raise TypeError(
+                    f"pjrt_py.jit argument of type {t.__name__}: expected pjrt_py "
+                    f"Buffers, promises, numpy arrays or Python/numpy scalars"
+                )
+        return tuple(specs)
+
+    def _entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
+        """The cache entry for a call, and the call's flat arguments."""
+        tree_util = _jax().tree_util
+        dyn, dyn_kw, static = self._split(args, kwargs)
+        if dyn_kw or static:
+            leaves, treedef = tree_util.tree_flatten((dyn, dyn_kw))
+            key: tuple[Any, ...] = (treedef, self._leaf_specs(leaves), static)
+        else:  # the key __call__'s short path computes
+            leaves, treedef = tree_util.tree_flatten(dyn)
+            key = (treedef, self._leaf_specs(leaves))
+        entry = self._cache.get(key)
+        if entry is None:
+            with self._lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    lowered = self._lower(args, kwargs, leaves)
+                    out_tree = lowered.out_tree
+                    single = out_tree == tree_util.tree_structure(0)
+                    entry = (lowered.compile(), out_tree, single)
+                    self._cache[key] = entry
+        return entry, leaves
+
+    # -- stages -----------------------------------------------------------
+    def _lower(self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any]) -> Lowered:
+        jax = _jax()
+        if self._jax_jit is None:
+            self._jax_jit = jax.jit(
+                self.fn,
+                static_argnums=self.static_argnums,
+                static_argnames=self.static_argnames,
+                keep_unused=True,  # every flat argument stays a parameter of @main
+            )
+        dyn, dyn_kw, _ = self._split(args, kwargs)
+        _, treedef = jax.tree_util.tree_flatten((dyn, dyn_kw))
+        abstract = [
+            x
+            if type(x) in _SCALARS
+            else jax.ShapeDtypeStruct(
+                *(x._metadata() if isinstance(x, Buffer) else (x.shape, x.dtype))
+            )
+            for x in leaves
+        ]
+        abs_dyn, abs_kw = jax.tree_util.tree_unflatten(treedef, abstract)
+        it = iter(abs_dyn)
+        full = tuple(a if i in self.static_argnums else next(it) for i, a in enumerate(args))
+        full_kw = {k: (v if k in self.static_argnames else abs_kw[k]) for k, v in kwargs.items()}
+        lowered = self._jax_jit.lower(*full, **full_kw)
+        compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", {})
+        if compile_args.get("host_callbacks") or compile_args.get("ordered_effects"):
+            raise NotImplementedError(
+                "pjrt_py.jit cannot run functions with host callbacks or ordered effects "
+                "(jax.debug.print, io_callback, ...)"
+            )
+        names = self._arg_names(dyn, dyn_kw)
+        return Lowered(self, lowered.as_text(), treedef, lowered.out_tree, names)
+
+    def _arg_names(self, dyn: tuple[Any, ...], dyn_kw: dict[str, Any]) -> list[str]:
+        """``x``, ``params['w']``: a name per flat argument, for argument errors."""
+        tree_util = _jax().tree_util
+        positional = [
+            p.name for p in self._params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        dyn_names = [n for i, n in enumerate(positional) if i not in self.static_argnums]
+        names = []
+        for index, value in enumerate(dyn):
+            base = dyn_names[index] if index < len(dyn_names) else f"args[{index}]"
+            for path, _ in tree_util.tree_flatten_with_path(value)[0]:
+                names.append(base + tree_util.keystr(path))
+        for key in sorted(dyn_kw):
+            for path, _ in tree_util.tree_flatten_with_path(dyn_kw[key])[0]:
+                names.append(key + tree_util.keystr(path))
+        return names
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """Lower for these arguments' signature without running (seed 004's stages)."""
+        dyn, dyn_kw, _ = self._split(args, kwargs)
+        leaves, _ = _jax().tree_util.tree_flatten((dyn, dyn_kw))
+        self._leaf_specs(leaves)
+        return self._lower(args, kwargs, leaves)
+
+    # -- calls --------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on pjrt_py; returns the outputs (Buffers, in ``fn``'s structure) at once."""
+        if kwargs or self.static_argnums:
+            (exe, out_tree, single), leaves = self._entry(args, kwargs)
+        else:
+            # The common case, kept short: positional arrays only.
+            leaves, treedef = _flatten(args)
+            specs = []
+            for x in leaves:
+                if type(x) is not Buffer or x._meta is None:
+                    (exe, out_tree, single), leaves = self._entry(args, kwargs)
+                    break
+                specs.append(x._meta)
+            else:
+                entry = self._cache.get((treedef, tuple(specs)))
+                if entry is None:
+                    entry, leaves = self._entry(args, kwargs)
+                exe, out_tree, single = entry
+        buffers = exe.execute_async(*leaves)._buffers
+        return buffers[0] if single else _unflatten(out_tree, buffers)
+
+    def cache_size(self) -> int:
+        """How many signatures have been compiled."""
+        return len(self._cache)
+
+    def clear_cache(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    def __repr__(self) -> str:
+        return f"<pjrt_py.jit {getattr(self.fn, '__qualname__', self.fn)!r}>"
+
+
+@functools.cache
+def _canonical(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype JAX gives an array of ``dtype`` (64-bit types narrow unless x64 is on)."""
+    canonical: np.dtype[Any] = np.dtype(_jax().dtypes.canonicalize_dtype(dtype))
+    return canonical
+
+
+def _meta(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """(shape, dtype) of a Buffer or an array."""
+    if isinstance(x, Buffer):
+        return x._metadata()
+    return x.shape, x.dtype

@@ -1,0 +1,147 @@
+"""The byte format of ``Executable.serialize()`` and of disk cache entries.
+
+PJRT's own serialization (``PJRT_Executable_Serialize``) is an opaque,
+platform-specific blob that, per the header, must only be loaded by "the same
+platform and library version". Handing a plugin anything else is not safe, so
+pjrt_py wraps the blob in an envelope it can check in Python first::
+
+    b"PJRTPYEX"  u32 format  u32 header size  header (JSON)  payload
+
+The header records which plugin build made the payload (:func:`plugin_identity`),
+the payload's size and SHA-256, and the parameter signature, which PJRT does
+not keep (names and shapes used for argument checks). ``unpack`` raises
+:class:`~pjrt_py.SerializationError` for anything that is not a whole,
+undamaged envelope; the caller compares identities before loading.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+from typing import TYPE_CHECKING, Any
+
+from .dtypes import SUPPORTED
+from .errors import SerializationError
+from .program import ArgSpec
+
+if TYPE_CHECKING:
+    from .client import Client
+
+MAGIC = b"PJRTPYEX"
+FORMAT = 1
+_PREFIX = struct.Struct("<8sII")
+_DTYPES = {str(d): d for d in SUPPORTED}
+
+
+def plugin_identity(client: Client) -> dict[str, Any]:
+    """What must match for a serialized executable to load into ``client``.
+
+    The PJRT API version, platform name and version, the plugin's attributes
+    (StableHLO versions) and the size of its shared library: two builds of XLA
+    that agree on all of these are, in practice, the same build. The
+    addressable devices are included because an executable is compiled for a
+    device assignment.
+    """
+    plugin = client.plugin
+    return {
+        "pjrt_api": plugin.version_text,
+        "platform": client.platform_name,
+        "platform_version": client.platform_version,
+        "attributes": {k: v for k, v in sorted(plugin.attributes.items())},
+        "library_bytes": os.path.getsize(plugin.path),
+        "devices": [[d.id, d.kind] for d in client.addressable_devices],
+    }
+
+
+def _spec_json(spec: ArgSpec) -> list[Any]:
+    shape = None if spec.shape is None else list(spec.shape)
+    return [spec.name, shape, None if spec.dtype is None else str(spec.dtype)]
+
+
+def _spec_from_json(item: Any) -> ArgSpec:
+    name, shape, dtype = item
+    return ArgSpec(
+        str(name),
+        None if shape is None else tuple(None if d is None else int(d) for d in shape),
+        None if dtype is None else _DTYPES[dtype],
+    )
+
+
+def pack(identity: dict[str, Any], signature: list[ArgSpec] | None, payload: bytes) -> bytes:
+    """Wrap a PJRT-serialized executable in a checked envelope."""
+    header = {
+        "identity": identity,
+        "payload_size": len(payload),
+        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+        "signature": None if signature is None else [_spec_json(s) for s in signature],
+    }
+    text = json.dumps(header, sort_keys=True).encode()
+    return _PREFIX.pack(MAGIC, FORMAT, len(text)) + text + payload
+
+
+def unpack(data: bytes) -> tuple[dict[str, Any], list[ArgSpec] | None, memoryview]:
+    """(identity, signature, payload) of an envelope; SerializationError if damaged."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"expected bytes, got {type(data).__name__}")
+    view = memoryview(data).cast("B")
+    if len(view) < _PREFIX.size or bytes(view[:8]) != MAGIC:
+        raise SerializationError(
+            "not a serialized pjrt_py executable (no PJRTPYEX header); only bytes "
+            "from Executable.serialize() can be loaded"
+        )
+    _, fmt, size = _PREFIX.unpack_from(view)
+    if fmt != FORMAT:
+        raise SerializationError(f"serialized executable format {fmt}; this pjrt_py reads {FORMAT}")
+    start = _PREFIX.size
+    if start + size > len(view):
+        raise SerializationError("serialized executable is truncated (header)")
+    try:
+        header = json.loads(bytes(view[start : start + size]))
+        identity = header["identity"]
+        want_size, want_hash = int(header["payload_size"]), str(header["payload_sha256"])
+        specs = header["signature"]
+        signature = None if specs is None else [_spec_from_json(s) for s in specs]
+    except (ValueError, KeyError, TypeError) as e:
+        raise SerializationError(f"serialized executable has a damaged header: {e}") from None
+    payload = view[start + size :]
+    if len(payload) != want_size:
+        raise SerializationError(
+            f"serialized executable is truncated or padded: payload of {len(payload)} "
+            f"bytes, header says {want_size}"
+        )
+    if hashlib.sha256(payload).hexdigest() != want_hash:
+        raise SerializationError("serialized executable is damaged (checksum mismatch)")
+    if not isinstance(identity, dict):
+        raise SerializationError("serialized executable has a damaged header: identity")
+    return identity, signature, payload
+
+
+def identity_mismatch(made_by: dict[str, Any], here: dict[str, Any]) -> str | None:
+    """A sentence saying how two plugin identities differ, or None if they match."""
+    diffs = [
+        f"{key}: {made_by.get(key)!r} vs {here.get(key)!r}"
+        for key in sorted(set(made_by) | set(here))
+        if made_by.get(key) != here.get(key)
+    ]
+    if not diffs:
+        return None
+    return (
+        "the executable was serialized by a different PJRT plugin build or device set "
+        "than this client's, and PJRT only loads executables of the same build ("
+        + "; ".join(diffs)
+        + ")"
+    )
+
+
+def disk_identity(client: Client) -> bytes:
+    """:func:`plugin_identity` plus where the library is and when it was
+    written, so reinstalling a plugin also starts a fresh disk cache."""
+    st = os.stat(client.plugin.path)
+    local = {
+        "identity": plugin_identity(client),
+        "path": client.plugin.path,
+        "mtime_ns": st.st_mtime_ns,
+    }
+    return json.dumps(local, sort_keys=True).encode()
