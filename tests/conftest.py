@@ -63,6 +63,18 @@ def add_exe(client: pjrt_py.Client) -> pjrt_py.Executable:
     return client.compile(ADD_F32_8)
 
 
+def newer_plugin() -> str | None:
+    """The PJRT 0.115 CPU plugin (lammps-jax-pjrt-cpu, in the test extra), if installed."""
+    newer = [p.path for p in pjrt_py.plugins() if p.path.endswith("pjrt_c_api_cpu_plugin.so")]
+    return newer[0] if newer else None
+
+
+NEEDS_NEWER_PLUGIN = pytest.mark.skipif(
+    newer_plugin() is None,
+    reason="lammps-jax-pjrt-cpu (a PJRT 0.115 plugin, in the test extra) is not installed",
+)
+
+
 def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """Run code in a fresh interpreter (for exits, aborts and crashes)."""
     return subprocess.run(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ADD_F32_8, build_so, run_python
+from conftest import ADD_F32_8, NEEDS_NEWER_PLUGIN, build_so, newer_plugin, run_python
 
 import pjrt_py
 from pjrt_py.plugin import find_plugin
@@ -125,20 +125,12 @@ def test_require_names_the_function_and_version(client: pjrt_py.Client) -> None:
     client.plugin.require("PJRT_LoadedExecutable_Execute")  # present: no error
 
 
-def _newer_plugin() -> str | None:
-    newer = [p.path for p in pjrt_py.plugins() if p.path.endswith("pjrt_c_api_cpu_plugin.so")]
-    return newer[0] if newer else None
-
-
-@pytest.mark.skipif(
-    _newer_plugin() is None,
-    reason="lammps-jax-pjrt-cpu (a PJRT 0.115 plugin, in the test extra) is not installed",
-)
+@NEEDS_NEWER_PLUGIN
 def test_newer_plugin_than_our_header_works() -> None:
     result = run_python(
         f"""
         import numpy as np, pjrt_py
-        c = pjrt_py.Client({_newer_plugin()!r})
+        c = pjrt_py.Client({newer_plugin()!r})
         assert c.plugin.api_version > (0, 81), c.plugin.api_version
         exe = c.compile({ADD_F32_8!r})
         out = exe.execute(np.arange(8, dtype=np.float32), np.ones(8, np.float32)).to_numpy()
