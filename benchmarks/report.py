@@ -13,7 +13,7 @@ from typing import Any
 
 START = "<!-- generated: start (python -m benchmarks) -->"
 END = "<!-- generated: end -->"
-ORDER = ("dispatch", "small", "bandwidth", "pipeline", "scaling", "memory")
+ORDER = ("dispatch", "small", "bandwidth", "pipeline", "scaling", "memory", "compile_cache")
 
 
 def markdown_table(rows: list[list[str]]) -> str:

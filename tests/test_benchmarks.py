@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ORDER = ("dispatch", "small", "bandwidth", "pipeline", "scaling", "memory")
+ORDER = ("dispatch", "small", "bandwidth", "pipeline", "scaling", "memory", "compile_cache")
 
 
 def run_module(*args: str) -> subprocess.CompletedProcess[str]:
@@ -76,6 +76,23 @@ def test_suite_measures_what_the_issue_asks(suite: tuple[Path, str]) -> None:
     scaling = reports["scaling"]["seconds"]
     assert all(r["pjrt_py"] > 0 and r["jax"] > 0 for rows in scaling.values() for r in rows)
     assert reports["memory"]["iterations"] > 0
+    cache = reports["compile_cache"]
+    assert set(cache["seconds"]) == {
+        "cold",
+        "memory_hit",
+        "fresh_process_cold",
+        "fresh_process_disk_hit",
+    }
+    assert all(math.isfinite(s) and s > 0 for s in cache["seconds"].values())
+    assert set(cache["ratio_to_cold"]) == {"memory_hit", "fresh_process_disk_hit"}
+    assert set(cache["jit_us_per_call"]) == {"pjrt_py.jit", "jax.jit"}
+    assert all(math.isfinite(v) and v > 0 for v in cache["jit_us_per_call"].values())
+    assert cache["jit_ratio_to_jax"]["jax.jit"] == 1.0
+    assert cache["disk_entry_bytes"] > 0
+    assert [t["name"] for t in cache["targets"]] == [
+        "memory-cache hit / cold compile",
+        "disk-cache hit / cold compile, fresh process",
+    ]
 
 
 def test_suite_regenerates_performance_md_and_plots(suite: tuple[Path, str]) -> None:
@@ -84,6 +101,7 @@ def test_suite_regenerates_performance_md_and_plots(suite: tuple[Path, str]) -> 
     assert "Hand-written prose stays." in text
     assert text.count("<!-- generated: start") == 1
     assert "### Targets" in text and "| dispatch |" in text
+    assert "### compile_cache:" in text and "| compile_cache |" in text
     for name in ("small", "bandwidth", "pipeline", "scaling", "memory"):
         png = docs / "performance" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
