@@ -142,6 +142,7 @@ class Jitted:
         self._client = client
         # signature -> (executable, output structure, whether it is one array)
         self._cache: dict[Any, tuple[Executable, Any, bool]] = {}
+        self._flat: dict[Any, tuple[Executable, Any, bool]] = {}  # all-Buffer calls
         self._lock = threading.Lock()
         self._jax_jit: Any = None
         functools.update_wrapper(self, fn)
@@ -219,6 +220,9 @@ class Jitted:
                     single = out_tree == tree_util.tree_structure(0)
                     entry = (lowered.compile(), out_tree, single)
                     self._cache[key] = entry
+        if not kwargs and all(type(a) is Buffer for a in args) and len(leaves) == len(args):
+            # Arguments that are all Buffers map to this entry without flattening.
+            self._flat[tuple(a._metadata() for a in args)] = entry
         return entry, leaves
 
     # -- stages -----------------------------------------------------------
@@ -282,22 +286,22 @@ class Jitted:
     # -- calls --------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run on pjrt_py; returns the outputs (Buffers, in ``fn``'s structure) at once."""
-        if kwargs or self.static_argnums:
-            (exe, out_tree, single), leaves = self._entry(args, kwargs)
-        else:
-            # The common case, kept short: positional arrays only.
-            leaves, treedef = _flatten(args)
-            specs = []
-            for x in leaves:
-                if type(x) is not Buffer or x._meta is None:
-                    (exe, out_tree, single), leaves = self._entry(args, kwargs)
+        if not kwargs and not self.static_argnums:
+            # The common case, kept short: every argument a Buffer whose
+            # metadata is known (e.g. an earlier call's output). No pytree to
+            # flatten: the key is the arguments' (shape, dtype)s.
+            metas = []
+            for a in args:
+                if type(a) is not Buffer or a._meta is None:
                     break
-                specs.append(x._meta)
+                metas.append(a._meta)
             else:
-                entry = self._cache.get((treedef, tuple(specs)))
-                if entry is None:
-                    entry, leaves = self._entry(args, kwargs)
-                exe, out_tree, single = entry
+                entry = self._flat.get(tuple(metas))
+                if entry is not None:
+                    exe, out_tree, single = entry
+                    buffers = exe.execute_async(*args)._buffers
+                    return buffers[0] if single else _unflatten(out_tree, buffers)
+        (exe, out_tree, single), leaves = self._entry(args, kwargs)
         buffers = exe.execute_async(*leaves)._buffers
         return buffers[0] if single else _unflatten(out_tree, buffers)
 
@@ -308,6 +312,7 @@ class Jitted:
     def clear_cache(self) -> None:
         with self._lock:
             self._cache.clear()
+            self._flat.clear()
 
     def __repr__(self) -> str:
         return f"<pjrt_py.jit {getattr(self.fn, '__qualname__', self.fn)!r}>"

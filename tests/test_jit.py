@@ -111,6 +111,10 @@ def test_the_cache_holds_one_entry_per_signature() -> None:
     for _ in range(20):
         out = f(out, 2.0)  # Buffers of the same shape: still the same entry
     assert f.cache_size() == 1
+    g = pjrt_py.jit(lambda x, y: x * y)
+    for _ in range(20):
+        out = g(out, out)  # all-Buffer calls take the short path: it does not grow either
+    assert g.cache_size() == 1 and len(g._flat) == 1
     f(np.ones(4, np.float32), 1.0)  # a new shape
     f(np.ones(8, np.int32), 1)  # a new dtype (and scalar type)
     assert f.cache_size() == 3
