@@ -12,6 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "async_pipeline.py"
 ASYNC_DOC = ROOT / "docs" / "async.md"
+AOT_DOC = ROOT / "docs" / "aot.md"
 
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 
@@ -52,3 +53,15 @@ def test_async_doc_code_block_runs(index: int) -> None:
         exec(compile(code, f"{ASYNC_DOC.name}[block {index}]", "exec"), namespace)
     finally:
         namespace.clear()  # drop the block's clients, buffers and promises now
+
+
+def test_aot_doc_runs_top_to_bottom() -> None:
+    # The page is one walk-through: later blocks use what earlier ones made.
+    blocks = python_blocks(AOT_DOC)
+    assert len(blocks) >= 6
+    namespace: dict[str, object] = {"__name__": "aot_md"}
+    try:
+        for index, code in enumerate(blocks):
+            exec(compile(code, f"{AOT_DOC.name}[block {index}]", "exec"), namespace)
+    finally:
+        namespace.clear()
