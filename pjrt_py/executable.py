@@ -11,7 +11,7 @@ from . import _hlo_proto, _runtime, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, intern_meta, wrap
 from .dtypes import numpy_dtype
-from .errors import UnimplementedError, error_from_pjrt
+from .errors import PjrtError, UnimplementedError, error_from_pjrt
 from .program import ArgSpec, mismatch_message, signature_from_shapes
 from .promise import BufferPromise, _Events
 
@@ -143,8 +143,8 @@ class Executable:
         try:
             fmt, data = self.optimized_program()
             return _hlo_proto.program_shape(_hlo_proto.hlo_module(data, fmt))
-        except (UnimplementedError, _hlo_proto.ProtoError):
-            return None
+        except (PjrtError, _hlo_proto.ProtoError):
+            return None  # unsupported or failing: fall back to the text's signature
 
     def _static_outputs(
         self, shape: _hlo_proto.ProgramShape | None
