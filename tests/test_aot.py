@@ -162,15 +162,6 @@ def test_outputs_chain_into_a_checked_call_without_asking_the_plugin(
     np.testing.assert_array_equal(exe.execute(out, out).to_numpy(), np.full(8, 4, np.float32))
 
 
-def test_deleted_argument_is_reported_before_the_plugin(client: pjrt_py.Client) -> None:
-    exe = client.compile(ADD_F32_8)
-    x = client.buffer(np.ones(8, np.float32))
-    y = client.buffer(np.ones(8, np.float32))
-    y.delete()
-    with pytest.raises(ValueError, match="argument 1: buffer has been deleted"):
-        exe.execute(x, y)
-
-
 # -- serialization --------------------------------------------------------------
 def test_serialize_round_trip_runs_and_keeps_the_signature(client: pjrt_py.Client) -> None:
     exe = client.compile(NAMED, cache=False)
