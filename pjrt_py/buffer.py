@@ -130,6 +130,25 @@ class Buffer:
         args = self._client.plugin.invoke("PJRT_Buffer_Device", buffer=self._live())
         return self._client._device_for(args.device)
 
+    def copy_to_device_async(self, device: Device) -> BufferPromise:
+        """Start copying to another device of the same client; a promise at once.
+
+        ``PJRT_Buffer_CopyToDevice``: the copy waits for this buffer's pending
+        work on the device side, not on the host.
+        """
+        client = self._client
+        target = client._target(device)
+        args = client.plugin.invoke(
+            "PJRT_Buffer_CopyToDevice", buffer=self._live(), dst_device=target._ptr
+        )
+        lib.pjrt_py_client_ref(client._h)  # the new buffer's reference
+        return BufferPromise((wrap(client, args.dst_buffer, self._meta),))
+
+    def copy_to_device(self, device: Device) -> Buffer:
+        """Copy to another device of the same client, and wait until it is there."""
+        result: Buffer = self.copy_to_device_async(device).value()
+        return result
+
     def unsafe_pointer(self) -> int:
         """The buffer's device address as PJRT reports it (debugging only)."""
         args = self._client.plugin.invoke("PJRT_Buffer_UnsafePointer", buffer=self._live())

@@ -150,12 +150,18 @@ class Client:
         num_replicas: int = 1,
         num_partitions: int = 1,
         compile_options: bytes | None = None,
+        device: Device | None = None,
         cache: bool = True,
     ) -> Executable:
         """Compile a StableHLO/MLIR program (text ``str`` or bytecode ``bytes``).
 
         ``compile_options`` takes a serialized ``CompileOptionsProto`` as is;
         otherwise one is encoded from ``num_replicas`` / ``num_partitions``.
+        ``device`` targets one device (a device assignment in the options);
+        by default the plugin picks, which is the first addressable device.
+        Arguments must then live on that device: one on another device is an
+        ``InvalidArgumentError`` from the plugin (it does not copy), and numpy
+        arguments are transferred there.
 
         Compiling the same program with the same options again takes the
         compiled program from this client's in-memory cache (each call gets
@@ -169,9 +175,19 @@ class Client:
             With the compiler's message, if the program is invalid.
         """
         self._check_open()
+        assignment = None
+        if device is not None:
+            if compile_options is not None or num_replicas != 1 or num_partitions != 1:
+                raise ValueError(
+                    "device= places a single-device program; for replicas or partitions "
+                    "pass a device assignment in compile_options"
+                )
+            assignment = [[self._target(device).id]]
         if compile_options is None:
             options = encode_compile_options(
-                num_replicas=num_replicas, num_partitions=num_partitions
+                num_replicas=num_replicas,
+                num_partitions=num_partitions,
+                device_assignment=assignment,
             )
         elif isinstance(compile_options, (bytes, bytearray)) and compile_options:
             options = bytes(compile_options)

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "async_pipeline.py"
 ASYNC_DOC = ROOT / "docs" / "async.md"
 AOT_DOC = ROOT / "docs" / "aot.md"
+DEVICES_DOC = ROOT / "docs" / "devices.md"
 
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 
@@ -55,13 +56,14 @@ def test_async_doc_code_block_runs(index: int) -> None:
         namespace.clear()  # drop the block's clients, buffers and promises now
 
 
-def test_aot_doc_runs_top_to_bottom() -> None:
-    # The page is one walk-through: later blocks use what earlier ones made.
-    blocks = python_blocks(AOT_DOC)
-    assert len(blocks) >= 6
-    namespace: dict[str, object] = {"__name__": "aot_md"}
+@pytest.mark.parametrize(("doc", "min_blocks"), [(AOT_DOC, 6), (DEVICES_DOC, 2)])
+def test_walk_through_doc_runs_top_to_bottom(doc: Path, min_blocks: int) -> None:
+    # These pages are walk-throughs: later blocks use what earlier ones made.
+    blocks = python_blocks(doc)
+    assert len(blocks) >= min_blocks
+    namespace: dict[str, object] = {"__name__": doc.stem}
     try:
         for index, code in enumerate(blocks):
-            exec(compile(code, f"{AOT_DOC.name}[block {index}]", "exec"), namespace)
+            exec(compile(code, f"{doc.name}[block {index}]", "exec"), namespace)
     finally:
         namespace.clear()

@@ -88,3 +88,12 @@ typedef struct {
   ...;
 } PJRT_Buffer_UnsafePointer_Args;
 #define PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE ...
+
+typedef struct {
+  size_t struct_size;
+  PJRT_Buffer* buffer;
+  PJRT_Device* dst_device;
+  PJRT_Buffer* dst_buffer;
+  ...;
+} PJRT_Buffer_CopyToDevice_Args;
+#define PJRT_Buffer_CopyToDevice_Args_STRUCT_SIZE ...

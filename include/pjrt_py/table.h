@@ -50,5 +50,6 @@ typedef struct {
   PJRT_Error* (*PJRT_Buffer_Device)(PJRT_Buffer_Device_Args*);
   PJRT_Error* (*PJRT_Buffer_Delete)(PJRT_Buffer_Delete_Args*);
   PJRT_Error* (*PJRT_Buffer_UnsafePointer)(PJRT_Buffer_UnsafePointer_Args*);
+  PJRT_Error* (*PJRT_Buffer_CopyToDevice)(PJRT_Buffer_CopyToDevice_Args*);
   ...;
 } PJRT_Api;
