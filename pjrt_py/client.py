@@ -193,23 +193,27 @@ class Client:
             options = bytes(compile_options)
         else:
             raise ValueError("compile_options must be non-empty serialized CompileOptionsProto")
-        if not isinstance(program, (str, bytes, bytearray, memoryview)):
+        if isinstance(program, (bytearray, memoryview)):
+            program = bytes(program)
+        if not isinstance(program, (str, bytes)):
             raise TypeError(f"program must be str (MLIR text) or bytes, got {type(program)}")
         if not cache:
-            return self._compile(program, options)
-        key = (program if isinstance(program, (str, bytes)) else bytes(program), options)
+            return self._compile(program, _program_bytes(program), options)
+        # A hit is a lookup by the program itself: a str's hash is computed
+        # once per object, and nothing is encoded or parsed.
+        key = (program, options)
         cached = self.compile_cache.get(key)
         if cached is None:
-            cached = self._compile_through_disk(program, options)
+            cached = self._compile_through_disk(program, _program_bytes(program), options)
             self.compile_cache.put(key, cached)
         # Each caller gets its own Executable sharing the compiled program, so
         # one caller's delete() cannot break another's.
         shared: Executable = cached._share()
         return shared
 
-    def _compile(self, program: str | bytes | bytearray | memoryview, options: bytes) -> Executable:
-        """Compile with the plugin: no cache involved."""
-        code, signature = self._program_bytes(program)
+    def _compile(self, program: str | bytes, code: bytes, options: bytes) -> Executable:
+        """Compile ``code`` (``program`` encoded) with the plugin: no cache involved."""
+        signature = main_signature(program) if isinstance(program, str) else None
         code_buf = ffi.new("char[]", code)
         fmt = ffi.new("char[]", b"mlir")
         prog = ffi.new("PJRT_Program*")
@@ -227,23 +231,12 @@ class Client:
         lib.pjrt_py_client_ref(self._h)  # the executable's reference
         return Executable(self, args.executable, signature)
 
-    @staticmethod
-    def _program_bytes(program: str | bytes | bytearray | memoryview) -> tuple[bytes, Any]:
-        if isinstance(program, str):
-            code, signature = program.encode(), main_signature(program)
-        else:
-            code, signature = bytes(program), None
-        if not code:
-            raise ValueError("program is empty")
-        return code, signature
-
     def _compile_through_disk(
-        self, program: str | bytes | bytearray | memoryview, options: bytes
+        self, program: str | bytes, code: bytes, options: bytes
     ) -> Executable:
         disk = self.disk_cache
         if disk is None:
-            return self._compile(program, options)
-        code, _ = self._program_bytes(program)
+            return self._compile(program, code, options)
         if self._disk_identity is None:
             self._disk_identity = serialization.disk_identity(self)
         key = disk_key(self._disk_identity, code, options)
@@ -255,7 +248,7 @@ class Client:
                 return exe
             except (SerializationError, PjrtError):
                 disk.reject(key)  # damaged or unloadable: compile and rewrite
-        exe = self._compile(program, options)
+        exe = self._compile(program, code, options)
         # An unwritable cache, or a plugin that cannot serialize, costs a compile.
         with contextlib.suppress(OSError, PjrtError):
             disk.put(key, exe.serialize())
@@ -333,3 +326,11 @@ class Client:
             f"<Client {self.platform_name} ({self.platform_version}) "
             f"{len(self.addressable_devices)} device(s){state}>"
         )
+
+
+def _program_bytes(program: str | bytes) -> bytes:
+    """The bytes handed to the compiler; ValueError for an empty program."""
+    code = program.encode() if isinstance(program, str) else program
+    if not code:
+        raise ValueError("program is empty")
+    return code

@@ -11,7 +11,8 @@ from . import _hlo_proto, _runtime, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, intern_meta, wrap
 from .dtypes import numpy_dtype
-from .errors import PjrtError, UnimplementedError, error_from_pjrt
+from .errors import PjrtError, UnimplementedError, UnsupportedError, error_from_pjrt
+from .plugin import named_values
 from .program import ArgSpec, mismatch_message, signature_from_shapes
 from .promise import BufferPromise, _Events
 
@@ -117,7 +118,6 @@ class Executable:
         # None (no static signature) never equals a list: every call then
         # takes the slow path, which checks what can be checked.
         static = signature is not None and all(s.is_static for s in signature)
-        self._check = signature is not None
         self._expect = (
             [intern_meta((s.shape, s.dtype)) for s in signature]  # type: ignore[arg-type]
             if static and signature is not None
@@ -129,7 +129,6 @@ class Executable:
         self._out_meta1 = self._out_meta[0] if self._out_meta and self.num_outputs == 1 else None
 
         # Precomputed once so a call does no more than it must.
-        self._num_args = -1 if signature is None else len(signature)  # -1: unknown
         self._out_type = f"PJRT_Buffer*[{max(self.num_outputs, 1)}]"
         self._blocked = len(self.devices) != 1  # or deleted; see _raise_blocked
 
@@ -167,7 +166,7 @@ class Executable:
     @property
     def num_args(self) -> int | None:
         """The parameter count, or None where neither the program nor the plugin tells."""
-        return None if self._num_args < 0 else self._num_args
+        return None if self._signature is None else len(self._signature)
 
     @property
     def input_signature(self) -> list[ArgSpec] | None:
@@ -240,8 +239,6 @@ class Executable:
         Without jaxlib this raises :class:`~pjrt_py.UnsupportedError`;
         :meth:`optimized_program` still returns the raw module.
         """
-        from .errors import UnsupportedError
-
         fmt, data = self.optimized_program()
         try:
             from jaxlib import _hlo  # type: ignore[attr-defined]
@@ -267,8 +264,6 @@ class Executable:
             )
         except UnimplementedError:
             return None
-        from .plugin import named_values
-
         return named_values(args.properties, args.num_properties)
 
     def memory_analysis(self) -> MemoryStats | None:
@@ -347,20 +342,6 @@ class Executable:
             f"single-device programs"
         )
 
-    def _raise_count(self, given: int) -> None:
-        raise TypeError(f"{self.name} takes {self._num_args} argument(s), {given} given")
-
-    def _check_arguments(self, metas: list[Any]) -> None:
-        """Raise TypeError listing every argument that does not match the signature.
-
-        ``metas`` holds ``(shape, dtype)`` per argument, None where unknown.
-        """
-        if self._signature is None:
-            return
-        message = mismatch_message(self.name, self._signature, metas)
-        if message:
-            raise TypeError(message)
-
     def _resolve(self, arg: Any, index: int) -> Any:
         """A Buffer of ours, or a numpy array to transfer, for one argument."""
         if isinstance(arg, BufferPromise):
@@ -389,14 +370,17 @@ class Executable:
         Everything is checked before the first transfer starts, so a rejected
         call sends nothing to the plugin.
         """
-        if len(args) != self._num_args and self._num_args >= 0:
-            self._raise_count(len(args))
+        signature = self._signature
+        if signature is not None and len(args) != len(signature):
+            raise TypeError(f"{self.name} takes {len(signature)} argument(s), {len(args)} given")
         resolved = [self._resolve(a, i) for i, a in enumerate(args)]
-        if self._check:
+        if signature is not None:
             metas = [
                 r._metadata() if isinstance(r, Buffer) else (r.shape, r.dtype) for r in resolved
             ]
-            self._check_arguments(metas)
+            message = mismatch_message(self.name, signature, metas)
+            if message:
+                raise TypeError(message)
         ptrs = []
         for r in resolved:
             if not isinstance(r, Buffer):

@@ -24,7 +24,7 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -85,6 +85,19 @@ def jit(
     return Jitted(fn, static_argnums, static_argnames, client)
 
 
+class _Call(NamedTuple):
+    """One call's arguments, split and flattened (see Jitted._flatten_call)."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    dyn: tuple[Any, ...]  # the non-static positional arguments
+    dyn_kw: dict[str, Any]  # the non-static keyword arguments
+    static: tuple[Any, ...]  # hashable (position or name, value) pairs
+    leaves: list[Any]  # flat arrays, converted as JAX would
+    treedef: Any  # the structure of (dyn, dyn_kw)
+    specs: tuple[Any, ...]  # one hashable (shape, dtype) or scalar type per leaf
+
+
 class Lowered:
     """A function lowered to StableHLO for one call signature (seed 004's stage 2)."""
 
@@ -105,10 +118,8 @@ class Lowered:
         exe = self._jitted.client.compile(self._text)
         signature = exe.input_signature
         if signature is not None and len(signature) == len(self.arg_names):
-            exe._signature = [
-                ArgSpec(name, s.shape, s.dtype)
-                for name, s in zip(self.arg_names, signature, strict=False)
-            ]
+            named = zip(self.arg_names, signature, strict=True)
+            exe._signature = [ArgSpec(name, s.shape, s.dtype) for name, s in named]
         return exe
 
 
@@ -179,20 +190,18 @@ class Jitted:
             t = type(x)
             if t is Buffer:
                 specs.append(x._meta or x._metadata())
-            elif t is np.ndarray:
-                dtype = _canonical(x.dtype)
-                if dtype is not x.dtype and dtype != x.dtype:
-                    x = leaves[i] = x.astype(dtype)
-                specs.append((x.shape, x.dtype))
             elif t in _SCALARS:
                 specs.append(t)  # weakly typed: the value is not part of the key
+            elif t is np.ndarray or isinstance(x, np.generic):
+                x = np.asarray(x)
+                dtype = _canonical(x.dtype)
+                if dtype != x.dtype:
+                    x = x.astype(dtype)
+                leaves[i] = x
+                specs.append((x.shape, x.dtype))
             elif t is BufferPromise:
                 leaves[i] = buf = x.buffer()
                 specs.append(buf._metadata())
-            elif isinstance(x, np.generic):
-                leaves[i] = arr = np.asarray(x)
-                arr = leaves[i] = arr.astype(_canonical(arr.dtype))
-                specs.append((arr.shape, arr.dtype))
             else:
                 raise TypeError(
                     f"pjrt_py.jit argument of type {t.__name__}: expected pjrt_py "
@@ -200,33 +209,35 @@ class Jitted:
                 )
         return tuple(specs)
 
+    def _flatten_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
+        """Split off the static arguments and flatten the rest (leaves converted)."""
+        dyn, dyn_kw, static = self._split(args, kwargs)
+        leaves, treedef = _flatten((dyn, dyn_kw))
+        specs = self._leaf_specs(leaves)
+        return _Call(args, kwargs, dyn, dyn_kw, static, leaves, treedef, specs)
+
     def _entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
         """The cache entry for a call, and the call's flat arguments."""
-        tree_util = _jax().tree_util
-        dyn, dyn_kw, static = self._split(args, kwargs)
-        if dyn_kw or static:
-            leaves, treedef = tree_util.tree_flatten((dyn, dyn_kw))
-            key: tuple[Any, ...] = (treedef, self._leaf_specs(leaves), static)
-        else:  # the key __call__'s short path computes
-            leaves, treedef = tree_util.tree_flatten(dyn)
-            key = (treedef, self._leaf_specs(leaves))
+        call = self._flatten_call(args, kwargs)
+        key = (call.treedef, call.specs, call.static)
         entry = self._cache.get(key)
         if entry is None:
             with self._lock:
                 entry = self._cache.get(key)
                 if entry is None:
-                    lowered = self._lower(args, kwargs, leaves)
+                    lowered = self._lower(call)
                     out_tree = lowered.out_tree
-                    single = out_tree == tree_util.tree_structure(0)
+                    single = out_tree == _jax().tree_util.tree_structure(0)
                     entry = (lowered.compile(), out_tree, single)
                     self._cache[key] = entry
+        leaves = call.leaves
         if not kwargs and all(type(a) is Buffer for a in args) and len(leaves) == len(args):
             # Arguments that are all Buffers map to this entry without flattening.
             self._flat[tuple(a._metadata() for a in args)] = entry
         return entry, leaves
 
     # -- stages -----------------------------------------------------------
-    def _lower(self, args: tuple[Any, ...], kwargs: dict[str, Any], leaves: list[Any]) -> Lowered:
+    def _lower(self, call: _Call) -> Lowered:
         jax = _jax()
         if self._jax_jit is None:
             self._jax_jit = jax.jit(
@@ -235,20 +246,15 @@ class Jitted:
                 static_argnames=self.static_argnames,
                 keep_unused=True,  # every flat argument stays a parameter of @main
             )
-        dyn, dyn_kw, _ = self._split(args, kwargs)
-        _, treedef = jax.tree_util.tree_flatten((dyn, dyn_kw))
         abstract = [
-            x
-            if type(x) in _SCALARS
-            else jax.ShapeDtypeStruct(
-                *(x._metadata() if isinstance(x, Buffer) else (x.shape, x.dtype))
-            )
-            for x in leaves
+            x if type(x) in _SCALARS else jax.ShapeDtypeStruct(*_meta(x)) for x in call.leaves
         ]
-        abs_dyn, abs_kw = jax.tree_util.tree_unflatten(treedef, abstract)
+        abs_dyn, abs_kw = _unflatten(call.treedef, abstract)
         it = iter(abs_dyn)
-        full = tuple(a if i in self.static_argnums else next(it) for i, a in enumerate(args))
-        full_kw = {k: (v if k in self.static_argnames else abs_kw[k]) for k, v in kwargs.items()}
+        full = tuple(a if i in self.static_argnums else next(it) for i, a in enumerate(call.args))
+        full_kw = {
+            k: (v if k in self.static_argnames else abs_kw[k]) for k, v in call.kwargs.items()
+        }
         lowered = self._jax_jit.lower(*full, **full_kw)
         compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", {})
         if compile_args.get("host_callbacks") or compile_args.get("ordered_effects"):
@@ -256,8 +262,8 @@ class Jitted:
                 "pjrt_py.jit cannot run functions with host callbacks or ordered effects "
                 "(jax.debug.print, io_callback, ...)"
             )
-        names = self._arg_names(dyn, dyn_kw)
-        return Lowered(self, lowered.as_text(), treedef, lowered.out_tree, names)
+        names = self._arg_names(call.dyn, call.dyn_kw)
+        return Lowered(self, lowered.as_text(), call.treedef, lowered.out_tree, names)
 
     def _arg_names(self, dyn: tuple[Any, ...], dyn_kw: dict[str, Any]) -> list[str]:
         """``x``, ``params['w']``: a name per flat argument, for argument errors."""
@@ -278,10 +284,7 @@ class Jitted:
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
         """Lower for these arguments' signature without running (seed 004's stages)."""
-        dyn, dyn_kw, _ = self._split(args, kwargs)
-        leaves, _ = _jax().tree_util.tree_flatten((dyn, dyn_kw))
-        self._leaf_specs(leaves)
-        return self._lower(args, kwargs, leaves)
+        return self._lower(self._flatten_call(args, kwargs))
 
     # -- calls --------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
