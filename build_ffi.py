@@ -19,7 +19,7 @@ DECL = HERE / "include" / "pjrt_py"
 
 # Order matters: each cdef file may use the types of the ones before it.
 CDEF_FILES = ["api.h", "client.h", "device.h", "buffer.h", "executable.h", "table.h", "helpers.h"]
-C_FILES = ["plugin.c", "client.c", "event.c", "transfer.c", "execute.c"]
+C_FILES = ["plugin.c", "client.c", "event.c", "completion.c", "transfer.c", "execute.c"]
 
 
 def find_header() -> Path:

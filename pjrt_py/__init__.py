@@ -17,6 +17,7 @@ from .client import Client
 from .compile_options import encode_compile_options
 from .device import Device
 from .dtypes import SUPPORTED as supported_dtypes
+from .effects import effects_barrier, with_runtime_token
 from .errors import (
     AbortedError,
     AlreadyExistsError,
@@ -75,14 +76,14 @@ def compile(program: str | bytes, **options: Any) -> Executable:  # noqa: A001
     return default_client().compile(program, **options)
 
 
-def execute(executable: Executable, *args: Any) -> Any:
-    """``executable.execute(*args)``: outputs ready on return."""
-    return executable.execute(*args)
+def execute(executable: Executable, *args: Any, **options: Any) -> Any:
+    """``executable.execute(*args, **options)``: outputs ready on return."""
+    return executable.execute(*args, **options)
 
 
-def execute_async(executable: Executable, *args: Any) -> BufferPromise:
-    """``executable.execute_async(*args)``: a promise, at once."""
-    return executable.execute_async(*args)
+def execute_async(executable: Executable, *args: Any, **options: Any) -> BufferPromise:
+    """``executable.execute_async(*args, **options)``: a promise, at once."""
+    return executable.execute_async(*args, **options)
 
 
 def to_numpy(x: Buffer | BufferPromise) -> Any:
@@ -150,6 +151,7 @@ __all__ = [
     "buffer_async",
     "compile",
     "default_client",
+    "effects_barrier",
     "encode_compile_options",
     "execute",
     "execute_async",
@@ -161,4 +163,5 @@ __all__ = [
     "to_numpy",
     "to_numpy_async",
     "value",
+    "with_runtime_token",
 ]

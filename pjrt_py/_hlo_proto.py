@@ -20,7 +20,18 @@ import numpy as np
 _WITH_CONFIG_MODULE = 1
 # HloModuleProto
 _MODULE_NAME = 1
-_MODULE_PROGRAM_SHAPE = 4
+_MODULE_COMPUTATIONS = 3
+_MODULE_PROGRAM_SHAPE = 4  # host_program_shape: before SPMD partitioning
+_MODULE_ENTRY_ID = 6
+_MODULE_ALIASES = 8  # input_output_alias
+_MODULE_DONORS = 18  # buffer_donor
+# HloComputationProto
+_COMPUTATION_PROGRAM_SHAPE = 4
+_COMPUTATION_ID = 5
+# HloInputOutputAliasProto / HloBufferDonorProto
+_ENTRIES = 1
+_ALIAS_PARAMETER = 2  # AliasEntryProto.parameter_number
+_DONOR_PARAMETER = 1  # BufferDonorEntryProto.parameter_number
 # ProgramShapeProto
 _PROGRAM_PARAMETERS = 1
 _PROGRAM_RESULT = 2
@@ -157,13 +168,28 @@ def hlo_module(data: bytes, fmt: str) -> bytes:
 
 
 def program_shape(module: bytes) -> ProgramShape:
-    """The entry signature recorded in an ``HloModuleProto``."""
-    name, shape = "", None
+    """The entry signature recorded in an ``HloModuleProto``.
+
+    The entry computation's own shape is preferred: after SPMD partitioning
+    it is one device's share, while the module's host shape is global.
+    """
+    name, shape, entry_id, computations = "", None, None, []
     for number, value in fields(module):
         if number == _MODULE_NAME and isinstance(value, bytes):
             name = value.decode("utf-8", "replace")
         elif number == _MODULE_PROGRAM_SHAPE and isinstance(value, bytes):
             shape = value
+        elif number == _MODULE_ENTRY_ID and isinstance(value, int):
+            entry_id = value
+        elif number == _MODULE_COMPUTATIONS and isinstance(value, bytes):
+            computations.append(value)
+    for computation in computations if entry_id is not None else ():
+        found = dict(fields(computation))
+        if found.get(_COMPUTATION_ID) == entry_id:
+            entry_shape = found.get(_COMPUTATION_PROGRAM_SHAPE)
+            if isinstance(entry_shape, bytes):
+                shape = entry_shape
+            break
     if shape is None:
         raise ProtoError("module has no program shape")
     params, result = [], None
@@ -179,3 +205,18 @@ def program_shape(module: bytes) -> ProgramShape:
     else:
         results = (result,)
     return ProgramShape(name, tuple(params), results)
+
+
+def donated_parameters(module: bytes) -> tuple[int, ...]:
+    """Entry parameters the program may donate (aliased to an output, or donors)."""
+    donated = set()
+    for number, value in fields(module):
+        if number not in (_MODULE_ALIASES, _MODULE_DONORS) or not isinstance(value, bytes):
+            continue
+        field = _ALIAS_PARAMETER if number == _MODULE_ALIASES else _DONOR_PARAMETER
+        for entry_number, entry in fields(value):
+            if entry_number == _ENTRIES and isinstance(entry, bytes):
+                parameter = dict(fields(entry)).get(field, 0)  # proto3: 0 is not written
+                if isinstance(parameter, int):
+                    donated.add(parameter)
+    return tuple(sorted(donated))

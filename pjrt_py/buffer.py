@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -64,7 +65,7 @@ class Buffer:
     def _live(self) -> Any:
         ptr = self._ptr
         if ptr is None:
-            raise ValueError("buffer has been deleted")
+            raise ValueError(deleted_message(self))
         if self._client._closed:
             raise ValueError("buffer belongs to a closed client")
         return ptr
@@ -213,6 +214,19 @@ class Buffer:
         return f"<Buffer {self.dtype}{list(self.shape)} on {self.device!r}>"
 
 
+# Buffers whose memory the host still owns (zero-copy), which pjrt_py never
+# lets a program donate, and buffers a program consumed by donation (for the
+# error message of a later use). Weak: neither keeps a buffer alive.
+HOST_ALIASED: weakref.WeakSet[Buffer] = weakref.WeakSet()
+DONATED: weakref.WeakSet[Buffer] = weakref.WeakSet()
+
+
+def deleted_message(buf: Buffer) -> str:
+    if buf in DONATED:
+        return "buffer was donated to an execution and is no longer valid"
+    return "buffer has been deleted"
+
+
 def wrap(client: Client, ptr: Any, meta: Any = None) -> Buffer:
     """A Buffer owning ``ptr`` (a ``PJRT_Buffer*`` PJRT handed over, with a
     client reference taken by the helper that made it)."""
@@ -287,6 +301,7 @@ def host_to_device(
         _runtime.hold(client._api, done[0], (array, data))
     else:  # aliased by the buffer until it is freed
         _runtime.hold_until_freed(client._api, done[0], (array, data))
+        HOST_ALIASED.add(buf)
     return BufferPromise((buf,))
 
 

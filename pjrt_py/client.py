@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+from collections.abc import Sequence
 from typing import Any
 
-from . import _runtime, serialization
+from . import _runtime, effects, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, host_to_device
 from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
@@ -82,6 +84,7 @@ class Client:
             raise MemoryError("cannot allocate the client handle")
         self._closed = False
         _runtime.register_client(self)
+        effects.register(self)
 
         self.platform_name: str = self._string("PJRT_Client_PlatformName", "platform_name")
         self.platform_version: str = self._string("PJRT_Client_PlatformVersion", "platform_version")
@@ -147,21 +150,34 @@ class Client:
         self,
         program: str | bytes,
         *,
-        num_replicas: int = 1,
-        num_partitions: int = 1,
+        num_replicas: int | None = None,
+        num_partitions: int | None = None,
+        device_assignment: Sequence[Sequence[int | Device]] | None = None,
         compile_options: bytes | None = None,
         device: Device | None = None,
+        ordered: bool = False,
         cache: bool = True,
     ) -> Executable:
         """Compile a StableHLO/MLIR program (text ``str`` or bytecode ``bytes``).
 
         ``compile_options`` takes a serialized ``CompileOptionsProto`` as is;
-        otherwise one is encoded from ``num_replicas`` / ``num_partitions``.
-        ``device`` targets one device (a device assignment in the options);
-        by default the plugin picks, which is the first addressable device.
-        Arguments must then live on that device: one on another device is an
-        ``InvalidArgumentError`` from the plugin (it does not copy), and numpy
-        arguments are transferred there.
+        otherwise one is encoded from the arguments:
+
+        * ``num_replicas`` / ``num_partitions`` default to the module's
+          ``mhlo.num_replicas`` / ``mhlo.num_partitions`` attributes (what jax
+          writes), else 1. More than one partition turns on SPMD partitioning,
+          and a program with Shardy (``sdy``) shardings gets the Shardy
+          partitioner, as jax would ask.
+        * ``device_assignment[replica][partition]`` names the device (an id or
+          a :class:`Device`) of each; the default is the first
+          ``replicas x partitions`` devices in order.
+        * ``device`` targets one device (a one-device assignment). Arguments
+          must then live on that device: one on another device is an
+          ``InvalidArgumentError`` from the plugin (it does not copy), and
+          numpy arguments are transferred there.
+
+        ``ordered=True`` makes every execution ordered (see
+        :mod:`pjrt_py.effects`); the token-threaded form is compiled now.
 
         Compiling the same program with the same options again takes the
         compiled program from this client's in-memory cache (each call gets
@@ -175,41 +191,93 @@ class Client:
             With the compiler's message, if the program is invalid.
         """
         self._check_open()
-        assignment = None
-        if device is not None:
-            if compile_options is not None or num_replicas != 1 or num_partitions != 1:
-                raise ValueError(
-                    "device= places a single-device program; for replicas or partitions "
-                    "pass a device assignment in compile_options"
-                )
-            assignment = [[self._target(device).id]]
-        if compile_options is None:
-            options = encode_compile_options(
-                num_replicas=num_replicas,
-                num_partitions=num_partitions,
-                device_assignment=assignment,
-            )
-        elif isinstance(compile_options, (bytes, bytearray)) and compile_options:
-            options = bytes(compile_options)
-        else:
-            raise ValueError("compile_options must be non-empty serialized CompileOptionsProto")
         if isinstance(program, (bytearray, memoryview)):
             program = bytes(program)
         if not isinstance(program, (str, bytes)):
             raise TypeError(f"program must be str (MLIR text) or bytes, got {type(program)}")
+        if compile_options is None:
+            options = self._options(
+                program, num_replicas, num_partitions, device_assignment, device
+            )
+        elif not isinstance(compile_options, (bytes, bytearray)) or not compile_options:
+            raise ValueError("compile_options must be non-empty serialized CompileOptionsProto")
+        elif (num_replicas, num_partitions, device_assignment, device) != (None,) * 4:
+            raise ValueError(
+                "compile_options is used as is: do not also pass num_replicas, "
+                "num_partitions, device_assignment or device"
+            )
+        else:
+            options = bytes(compile_options)
         if not cache:
-            return self._compile(program, _program_bytes(program), options)
-        # A hit is a lookup by the program itself: a str's hash is computed
-        # once per object, and nothing is encoded or parsed.
-        key = (program, options)
-        cached = self.compile_cache.get(key)
-        if cached is None:
-            cached = self._compile_through_disk(program, _program_bytes(program), options)
-            self.compile_cache.put(key, cached)
-        # Each caller gets its own Executable sharing the compiled program, so
-        # one caller's delete() cannot break another's.
-        shared: Executable = cached._share()
-        return shared
+            exe = self._compile(program, _program_bytes(program), options)
+        else:
+            # A hit is a lookup by the program itself: a str's hash is
+            # computed once per object, and nothing is encoded or parsed.
+            key = (program, options)
+            cached = self.compile_cache.get(key)
+            if cached is None:
+                cached = self._compile_through_disk(program, _program_bytes(program), options)
+                self.compile_cache.put(key, cached)
+            # Each caller gets its own Executable sharing the compiled
+            # program, so one caller's delete() cannot break another's.
+            exe = cached._share()
+        if isinstance(program, str):
+            exe._source = (program, options)
+        if ordered:
+            exe._ordered_form()
+            exe._ordered = exe._blocked = True
+        return exe
+
+    def _options(
+        self,
+        program: str | bytes,
+        num_replicas: int | None,
+        num_partitions: int | None,
+        device_assignment: Sequence[Sequence[int | Device]] | None,
+        device: Device | None,
+    ) -> bytes:
+        """The CompileOptionsProto for compile()'s keyword arguments."""
+        replicas = _module_count(program, "num_replicas") if num_replicas is None else num_replicas
+        partitions = (
+            _module_count(program, "num_partitions") if num_partitions is None else num_partitions
+        )
+        if replicas is not None and partitions is not None:  # validated before use
+            encode_compile_options(num_replicas=replicas, num_partitions=partitions)
+        assignment = None
+        if device is not None:
+            if device_assignment is not None or replicas * partitions != 1:
+                raise ValueError(
+                    "device= places a single-device program; for replicas or partitions "
+                    "pass device_assignment"
+                )
+            assignment = [[self._target(device).id]]
+        elif device_assignment is not None:
+            assignment = [
+                [self._target(d).id if isinstance(d, Device) else d for d in row]
+                for row in device_assignment
+            ]
+        elif replicas * partitions > 1:
+            devices = self.devices
+            if replicas * partitions > len(devices):
+                raise ValueError(
+                    f"{replicas} replica(s) x {partitions} partition(s) need "
+                    f"{replicas * partitions} devices; this client has {len(devices)}"
+                )
+            ids = [d.id for d in devices]
+            assignment = [ids[r * partitions : (r + 1) * partitions] for r in range(replicas)]
+        if assignment is not None:
+            known = {d.id for d in self.devices}
+            unknown = [i for row in assignment for i in row if i not in known]
+            if unknown:
+                raise ValueError(f"device_assignment names unknown device id(s) {unknown}")
+        sharded = partitions > 1
+        return encode_compile_options(
+            num_replicas=replicas,
+            num_partitions=partitions,
+            device_assignment=assignment,
+            use_spmd_partitioning=sharded,
+            use_shardy_partitioner=sharded and _uses_shardy(program),
+        )
 
     def _compile(self, program: str | bytes, code: bytes, options: bytes) -> Executable:
         """Compile ``code`` (``program`` encoded) with the plugin: no cache involved."""
@@ -326,6 +394,25 @@ class Client:
             f"<Client {self.platform_name} ({self.platform_version}) "
             f"{len(self.addressable_devices)} device(s){state}>"
         )
+
+
+_MODULE_COUNT = {
+    name: re.compile(rf"mhlo\.{name}\s*=\s*(\d+)") for name in ("num_replicas", "num_partitions")
+}
+
+
+def _module_count(program: str | bytes, name: str) -> int:
+    """``mhlo.num_replicas`` / ``mhlo.num_partitions`` of a text module, else 1."""
+    if isinstance(program, bytes):
+        return 1
+    head = program[: program.find("func.func")]  # module attributes come first
+    m = _MODULE_COUNT[name].search(head)
+    return int(m.group(1)) if m else 1
+
+
+def _uses_shardy(program: str | bytes) -> bool:
+    """Whether the program carries Shardy shardings (``sdy.mesh`` / ``sdy.sharding``)."""
+    return ("sdy." if isinstance(program, str) else b"sdy.") in program  # type: ignore[operator]
 
 
 def _program_bytes(program: str | bytes) -> bytes:

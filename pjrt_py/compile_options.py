@@ -21,6 +21,7 @@ _NUM_REPLICAS = 4
 _NUM_PARTITIONS = 5
 _USE_SPMD_PARTITIONING = 6
 _DEVICE_ASSIGNMENT = 9
+_USE_SHARDY_PARTITIONER = 19
 # DeviceAssignmentProto
 _REPLICA_COUNT = 1
 _COMPUTATION_COUNT = 2
@@ -85,6 +86,7 @@ def encode_compile_options(
     num_partitions: int = 1,
     device_assignment: Sequence[Sequence[int]] | None = None,
     use_spmd_partitioning: bool = False,
+    use_shardy_partitioner: bool = False,
     compile_portable_executable: bool = False,
 ) -> bytes:
     """Serialized ``CompileOptionsProto``.
@@ -97,6 +99,8 @@ def encode_compile_options(
     build = _int_field(_NUM_REPLICAS, num_replicas) + _int_field(_NUM_PARTITIONS, num_partitions)
     if use_spmd_partitioning:
         build += _int_field(_USE_SPMD_PARTITIONING, 1)
+    if use_shardy_partitioner:  # for programs with sdy.* shardings (jax's default)
+        build += _int_field(_USE_SHARDY_PARTITIONER, 1)
     if device_assignment is not None:
         if len(device_assignment) != num_replicas or any(
             len(row) != num_partitions for row in device_assignment

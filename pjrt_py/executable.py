@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from . import _hlo_proto, _runtime, serialization
+from . import _hlo_proto, _runtime, effects, serialization
 from ._ffi import ffi, lib
-from .buffer import Buffer, intern_meta, wrap
+from .buffer import DONATED, HOST_ALIASED, Buffer, deleted_message, intern_meta, wrap
 from .dtypes import numpy_dtype
 from .errors import PjrtError, UnimplementedError, UnsupportedError, error_from_pjrt
 from .plugin import named_values
@@ -21,11 +22,12 @@ if TYPE_CHECKING:
     from .device import Device
 
 _NULL = ffi.NULL
-_execute = lib.pjrt_py_execute
+_execute_n = lib.pjrt_py_execute_n
 _execute1 = lib.pjrt_py_execute1
 _take_error = lib.pjrt_py_take_error
 _new = object.__new__
 _PY_SCALARS = (bool, int, float, complex)
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,12 @@ class Executable:
         # The compiled signature: names from the program text (or the
         # serialized envelope), shapes and dtypes from the compiled module
         # where the plugin reports one, else from the text.
-        shape = self._program_shape()
+        module = self._optimized_module()
+        shape = None if module is None else self._read(_hlo_proto.program_shape, module)
+        # Parameters the program may donate (aliased to outputs, or donors).
+        self._donated: tuple[int, ...] = (
+            () if module is None else self._read(_hlo_proto.donated_parameters, module) or ()
+        )
         if shape is not None:
             signature = signature_from_shapes(signature, shape.parameters)
         self._signature = signature
@@ -128,22 +135,35 @@ class Executable:
         self._out_meta = self._static_outputs(shape)
         self._out_meta1 = self._out_meta[0] if self._out_meta and self.num_outputs == 1 else None
 
-        # Precomputed once so a call does no more than it must.
-        self._out_type = f"PJRT_Buffer*[{max(self.num_outputs, 1)}]"
-        self._blocked = len(self.devices) != 1  # or deleted; see _raise_blocked
+        # Ordered execution (pjrt_py.effects): the program text and options,
+        # set by Client.compile, from which a token-threaded form is compiled
+        # on first use; _ordered makes every execution ordered.
+        self._source: tuple[str, bytes] | None = None
+        self._token_form: Executable | None = None
+        self._ordered = False
+        # Calls that cannot take the plain path: several devices, donation,
+        # ordered, or deleted (see _dispatch_special).
+        self._blocked = len(self.devices) != 1 or bool(self._donated)
 
     def _count(self, function: str, field: str) -> int:
         if not self._client.plugin.supports(function):
             return 1
         return int(getattr(self._client.plugin.invoke(function, executable=self._exe), field))
 
-    def _program_shape(self) -> _hlo_proto.ProgramShape | None:
-        """The compiled module's signature, or None if the plugin cannot say."""
+    def _optimized_module(self) -> bytes | None:
+        """The compiled ``HloModuleProto``, or None if the plugin cannot give one."""
         try:
             fmt, data = self.optimized_program()
-            return _hlo_proto.program_shape(_hlo_proto.hlo_module(data, fmt))
+            return _hlo_proto.hlo_module(data, fmt)
         except (PjrtError, _hlo_proto.ProtoError):
             return None  # unsupported or failing: fall back to the text's signature
+
+    @staticmethod
+    def _read(reader: Callable[[bytes], _T], module: bytes) -> _T | None:
+        try:
+            return reader(module)
+        except _hlo_proto.ProtoError:
+            return None
 
     def _static_outputs(
         self, shape: _hlo_proto.ProgramShape | None
@@ -335,13 +355,6 @@ class Executable:
         self.delete()
 
     # -- argument checks --------------------------------------------------
-    def _raise_blocked(self) -> None:
-        self._live_exe()
-        raise NotImplementedError(
-            f"{self.name} runs on {len(self.devices)} devices; execute() takes "
-            f"single-device programs"
-        )
-
     def _resolve(self, arg: Any, index: int) -> Any:
         """A Buffer of ours, or a numpy array to transfer, for one argument."""
         if isinstance(arg, BufferPromise):
@@ -350,7 +363,7 @@ class Executable:
             if arg._client is not self._client:
                 raise ValueError(f"argument {index}: buffer belongs to another client")
             if arg._ptr is None:
-                raise ValueError(f"argument {index}: buffer has been deleted")
+                raise ValueError(f"argument {index}: {deleted_message(arg)}")
             return arg
         if isinstance(arg, _PY_SCALARS):
             spec = self._signature[index] if self._signature else None
@@ -364,39 +377,74 @@ class Executable:
             f"array/scalar, got {type(arg).__name__}"
         )
 
-    def _pointers_slow(self, args: tuple[Any, ...], keep: list[Any]) -> list[Any]:
-        """Check and convert arguments that are not all plain Buffers of ours.
+    def _buffers(self, args: Sequence[Any], device: Device, where: str = "") -> list[Buffer]:
+        """Check one device's arguments and make them Buffers on ``device``.
 
         Everything is checked before the first transfer starts, so a rejected
         call sends nothing to the plugin.
         """
         signature = self._signature
         if signature is not None and len(args) != len(signature):
-            raise TypeError(f"{self.name} takes {len(signature)} argument(s), {len(args)} given")
+            raise TypeError(
+                f"{self.name} takes {len(signature)} argument(s){where}, {len(args)} given"
+            )
         resolved = [self._resolve(a, i) for i, a in enumerate(args)]
         if signature is not None:
             metas = [
                 r._metadata() if isinstance(r, Buffer) else (r.shape, r.dtype) for r in resolved
             ]
-            message = mismatch_message(self.name, signature, metas)
+            message = mismatch_message(self.name + where, signature, metas)
             if message:
                 raise TypeError(message)
-        ptrs = []
-        for r in resolved:
-            if not isinstance(r, Buffer):
-                r = self._client.buffer_async(r, self.devices[0]).buffer()
-                keep.append(r)
-            ptrs.append(r._ptr)
-        return ptrs
+        if where:
+            # Several devices: a buffer on the wrong one must be refused here.
+            # The plugin would reject it only after launching the devices
+            # before it, which then wait forever in their first collective.
+            for i, r in enumerate(resolved):
+                if isinstance(r, Buffer) and r.device != device:
+                    raise ValueError(
+                        f"{self.name}: argument {i}{where} is on {r.device}, not {device} "
+                        f"(copy it with copy_to_device)"
+                    )
+        return [
+            r if isinstance(r, Buffer) else self._client.buffer_async(r, device).buffer()
+            for r in resolved
+        ]
+
+    def _non_donatable(self, rows: list[list[Buffer]], refused: Iterable[int] | None) -> list[int]:
+        """Parameter indices the plugin must not donate in this call.
+
+        The caller's ``non_donatable``, plus any donated parameter given a
+        buffer whose memory the host still owns (zero-copy): donating it would
+        hand host memory to the program's output.
+        """
+        n = len(rows[0]) if rows else 0
+        indices = set()
+        for i in refused or ():
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < n:
+                raise ValueError(f"non_donatable: {i!r} is not a parameter index in [0, {n})")
+            indices.add(int(i))
+        for i in self._donated:
+            if i not in indices and any(row[i] in HOST_ALIASED for row in rows):
+                indices.add(i)
+        return sorted(indices)
 
     # -- execution ------------------------------------------------------
-    def execute_async(self, *args: Any) -> BufferPromise:
-        """Dispatch the program and return a promise of its outputs at once."""
+    def execute_async(
+        self, *args: Any, ordered: bool = False, non_donatable: Iterable[int] | None = None
+    ) -> BufferPromise:
+        """Dispatch the program and return a promise of its outputs at once.
+
+        ``ordered=True`` runs it after every earlier ordered execution of this
+        thread has completed, on any device, without waiting on the host (see
+        :mod:`pjrt_py.effects`). ``non_donatable`` lists parameters this call
+        must not donate, though the program allows it.
+        """
         # The hot path: everything that can be is precomputed in __init__;
-        # anything unusual (promises, numpy arrays, errors) takes _pointers_slow.
+        # anything unusual (promises, numpy arrays, errors) takes _buffers.
         client = self._client
-        if client._closed or self._blocked:
-            self._raise_blocked()
+        if client._closed or self._blocked or ordered or non_donatable is not None:
+            return self._dispatch_special(args, ordered, non_donatable)
         try:
             ptrs, metas = [], []
             for a in args:  # AttributeError for anything but a Buffer
@@ -410,8 +458,9 @@ class Executable:
                 # says which.
                 raise AttributeError
         except AttributeError:
-            keep: list[Any] = []  # buffers made here from numpy arguments
-            ptrs = self._pointers_slow(args, keep)
+            # `keep` holds buffers made from numpy arguments through the call.
+            keep = self._buffers(args, self.devices[0])
+            ptrs = [b._ptr for b in keep]
         n_out = self.num_outputs
         if n_out == 1:
             out = _execute1(self._h, self._ptr, ptrs, len(ptrs))
@@ -428,27 +477,162 @@ class Executable:
             promise._arity = 1
             promise._st = None
             return promise
-        outs = ffi.new(self._out_type)
-        if n_out:
-            error = _execute(self._h, self._ptr, ptrs, len(ptrs), outs, n_out, _NULL)
-            if error:
-                raise error_from_pjrt(self._api, error)
-            metas_out: list[Any] = [None] * n_out if self._out_meta is None else self._out_meta
-            return BufferPromise(
-                tuple([wrap(client, outs[i], metas_out[i]) for i in range(n_out)]), n_out
+        return self._run([ptrs], [])[0]
+
+    def _dispatch_special(
+        self, args: tuple[Any, ...], ordered: bool, non_donatable: Iterable[int] | None
+    ) -> BufferPromise:
+        """execute_async for a donating or ordered call (or a refused one)."""
+        self._live_exe()
+        if len(self.devices) != 1:
+            raise ValueError(
+                f"{self.name} runs on {len(self.devices)} devices: call "
+                f"execute_sharded() with one argument list per device"
             )
-        done = ffi.new("PJRT_Event**")
-        error = _execute(self._h, self._ptr, ptrs, len(ptrs), outs, 0, done)
+        if ordered or self._ordered:
+            return self._dispatch_ordered(args, non_donatable)
+        return self._dispatch_rows([args], non_donatable)[0]
+
+    def _dispatch_rows(
+        self, arg_lists: Sequence[Sequence[Any]], non_donatable: Iterable[int] | None
+    ) -> list[BufferPromise]:
+        """Check, transfer, run on every device, and retire donated arguments."""
+        many = len(self.devices) > 1
+        rows = [
+            self._buffers(args, d, f" on device {i}" if many else "")
+            for i, (args, d) in enumerate(zip(arg_lists, self.devices, strict=True))
+        ]
+        refused = self._non_donatable(rows, non_donatable)
+        promises = self._run([[b._ptr for b in row] for row in rows], refused)
+        self._retire_donated(rows, refused)
+        return promises
+
+    def _run(self, ptr_rows: list[list[Any]], refused: list[int]) -> list[BufferPromise]:
+        """One PJRT execution over ``ptr_rows`` (one row per device)."""
+        client, n_out, n_dev = self._client, self.num_outputs, len(ptr_rows)
+        flat = [p for row in ptr_rows for p in row]
+        outs = ffi.new("PJRT_Buffer*[]", max(n_out * n_dev, 1))
+        events = ffi.new("PJRT_Event*[]", n_dev) if n_out == 0 else _NULL
+        skip = ffi.new("int64_t[]", refused) if refused else _NULL
+        error = _execute_n(
+            self._h, self._ptr, n_dev, flat, len(ptr_rows[0]), outs, n_out, events, skip,
+            len(refused),
+        )  # fmt: skip
         if error:
             raise error_from_pjrt(self._api, error)
-        return BufferPromise((), 0, _Events(self._api, [done[0]]))
+        if n_out == 0:
+            return [BufferPromise((), 0, _Events(self._api, [events[d]])) for d in range(n_dev)]
+        metas: list[Any] = [None] * n_out if self._out_meta is None else self._out_meta
+        return [
+            BufferPromise(
+                tuple([wrap(client, outs[d * n_out + i], metas[i]) for i in range(n_out)]), n_out
+            )
+            for d in range(n_dev)
+        ]
 
-    def execute(self, *args: Any) -> Any:
+    def _retire_donated(self, rows: list[list[Buffer]], refused: list[int]) -> None:
+        """Mark the arguments PJRT consumed by donation dead in Python too.
+
+        PJRT invalidates a donated buffer but the handle is still ours; it is
+        released here, so any later use raises instead of reaching freed or
+        reused memory. Asking PJRT (rather than assuming) covers a plugin
+        that declines to donate.
+        """
+        for i in self._donated:
+            if i in refused:
+                continue
+            for row in rows:
+                buf = row[i]
+                if buf._ptr is not None and lib.pjrt_py_buffer_is_deleted(self._api, buf._ptr):
+                    DONATED.add(buf)
+                    buf.delete()
+
+    # -- ordered execution (pjrt_py.effects) ----------------------------
+    def _ordered_form(self) -> Executable:
+        """The token-threaded form of this program (compiled once, then kept)."""
+        form = self._token_form
+        if form is None:
+            if self._source is None:
+                raise ValueError(
+                    f"{self.name}: ordered execution compiles a token-threaded form of "
+                    f"the program, which needs the StableHLO text it was compiled from "
+                    f"(this executable was deserialized or compiled from bytecode)"
+                )
+            program, options = self._source
+            form = self._client.compile(
+                effects.with_runtime_token(program), compile_options=options
+            )
+            self._token_form = form
+        return form
+
+    def _dispatch_ordered(
+        self, args: tuple[Any, ...], non_donatable: Iterable[int] | None
+    ) -> BufferPromise:
+        form = self._ordered_form()
+        device = self.devices[0]
+        row = self._buffers(args, device)  # checked against this program's names
+        token = effects.token_for(self._client, device)
+        refused = form._non_donatable([[*row, token]], non_donatable)
+        (promise,) = form._run([[b._ptr for b in row] + [token._ptr]], refused)
+        form._retire_donated([[*row, token]], refused)
+        *outputs, token_out = promise._buffers
+        effects.set_token(self._client, token_out, device)
+        if not outputs:
+            # No outputs of its own: the promise is the token's readiness.
+            return BufferPromise((token_out,), 0)
+        return BufferPromise(tuple(outputs), len(outputs))
+
+    def execute_sharded_async(
+        self,
+        per_device_args: Sequence[Sequence[Any]],
+        *,
+        non_donatable: Iterable[int] | None = None,
+    ) -> list[BufferPromise]:
+        """Run a replicated or partitioned program on all its devices at once.
+
+        ``per_device_args[d]`` holds the arguments for ``self.devices[d]``
+        (the executable's device order: replicas x partitions of its device
+        assignment). Returns one promise per device, of that device's outputs.
+        """
+        self._live_exe()
+        n = len(self.devices)
+        if isinstance(per_device_args, (Buffer, BufferPromise, np.ndarray)) or not isinstance(
+            per_device_args, Sequence
+        ):
+            raise TypeError("execute_sharded takes a list with one argument list per device")
+        if len(per_device_args) != n:
+            raise ValueError(
+                f"{self.name} runs on {n} device(s) and takes one argument list per "
+                f"device; got {len(per_device_args)} list(s)"
+            )
+        for i, args in enumerate(per_device_args):
+            if isinstance(args, (str, bytes, np.ndarray)) or not isinstance(args, Sequence):
+                raise TypeError(
+                    f"execute_sharded: entry {i} must be a list of arguments, "
+                    f"got {type(args).__name__}"
+                )
+        return self._dispatch_rows(per_device_args, non_donatable)
+
+    def execute_sharded(
+        self,
+        per_device_args: Sequence[Sequence[Any]],
+        *,
+        non_donatable: Iterable[int] | None = None,
+    ) -> list[list[Buffer]]:
+        """``execute_sharded_async``, waited for: one list of output Buffers per device."""
+        promises = self.execute_sharded_async(per_device_args, non_donatable=non_donatable)
+        for p in promises:
+            p.value()
+        return [list(p._buffers) for p in promises]
+
+    def execute(
+        self, *args: Any, ordered: bool = False, non_donatable: Iterable[int] | None = None
+    ) -> Any:
         """Run the program; outputs are ready on return.
 
         Returns a Buffer (one output), a tuple of Buffers, or None (no outputs).
         """
-        return self.execute_async(*args).value()
+        return self.execute_async(*args, ordered=ordered, non_donatable=non_donatable).value()
 
     def __call__(self, *args: Any) -> Any:
         return self.execute(*args)

@@ -70,17 +70,21 @@ def signature_from_shapes(
 ) -> list[ArgSpec] | None:
     """Merge a text signature (names) with a compiled module's parameter shapes.
 
-    The text wins where it knows a tensor type; the module fills in the rest,
-    and is the whole answer where there is no text.
+    Names come from the text. A fixed shape comes from the module (for a
+    partitioned program that is the per-device shape); a dynamic one, from
+    the text where it has one. The module is the whole answer without text.
     """
     if text is not None and len(text) != len(parameters):
         return text  # cannot be matched up; keep what the text says
     merged = []
     for index, param in enumerate(parameters):
         spec = text[index] if text is not None else ArgSpec("", None, None)
-        if spec.dtype is None and param.dtype is not None and not param.is_tuple:
-            shape = None if param.dynamic else param.dims
-            spec = ArgSpec(spec.name, shape, param.dtype)
+        if param.dtype is not None and not param.is_tuple and not param.dynamic:
+            # The compiled shape is what a call passes: after SPMD partitioning
+            # it is one device's share, not the text's global shape.
+            spec = ArgSpec(spec.name, param.dims, param.dtype)
+        elif spec.dtype is None and param.dtype is not None and not param.is_tuple:
+            spec = ArgSpec(spec.name, None, param.dtype)
         merged.append(spec)
     return merged
 

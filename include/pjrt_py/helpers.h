@@ -75,14 +75,29 @@ PJRT_Error* pjrt_py_buffer_meta(const PJRT_Api* api, PJRT_Buffer* buffer, int64_
 PJRT_Error* pjrt_py_buffer_ready_event(const PJRT_Api* api, PJRT_Buffer* buffer,
                                        PJRT_Event** event);
 
-/* Execution on the executable's single device. outputs has room for
- * num_outputs; complete_event may be NULL (then no completion event is made). */
-PJRT_Error* pjrt_py_execute(pjrt_py_client* c, PJRT_LoadedExecutable* exe,
-                            PJRT_Buffer** args, size_t num_args, PJRT_Buffer** outputs,
-                            size_t num_outputs, PJRT_Event** complete_event);
-/* The same for a one-output program, the common case: returns the output,
+/* Execution on num_devices devices at once (replicas x partitions, in the
+ * executable's addressable-device order). args holds num_devices rows of
+ * num_args buffers, outputs room for num_devices rows of num_outputs.
+ * complete_events, if not NULL, receives one event per device (the caller
+ * destroys them). non_donatable lists parameter indices the plugin must not
+ * donate for this call. Every execution is counted for
+ * pjrt_py_client_barrier until it completes. */
+PJRT_Error* pjrt_py_execute_n(pjrt_py_client* c, PJRT_LoadedExecutable* exe, size_t num_devices,
+                              PJRT_Buffer** args, size_t num_args, PJRT_Buffer** outputs,
+                              size_t num_outputs, PJRT_Event** complete_events,
+                              const int64_t* non_donatable, size_t num_non_donatable);
+/* Blocks (GIL released) until every execution dispatched on c before the
+ * call has completed; later dispatches, from any thread, do not extend the
+ * wait. 0 on success, -1 out of memory. */
+int pjrt_py_client_barrier(pjrt_py_client* c);
+/* Executions of c still running (for tests and diagnostics). */
+long pjrt_py_client_running(pjrt_py_client* c);
+/* 1 if PJRT has deleted (e.g. donated) the buffer. */
+int pjrt_py_buffer_is_deleted(const PJRT_Api* api, PJRT_Buffer* buffer);
+/* A one-output program on one device, the common case: returns the output,
  * or NULL with the error kept for pjrt_py_take_error() (per thread). Saves
- * the caller an output array per call. */
+ * the caller an output array per call. Asks for no completion event, so
+ * pjrt_py_client_barrier does not count it: the caller tracks the output. */
 PJRT_Buffer* pjrt_py_execute1(pjrt_py_client* c, PJRT_LoadedExecutable* exe, PJRT_Buffer** args,
                               size_t num_args);
 PJRT_Error* pjrt_py_take_error(void);

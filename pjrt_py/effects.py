@@ -1,0 +1,179 @@
+"""Ordered executions with runtime tokens, and ``effects_barrier``.
+
+Asynchronous dispatch lets executions run in any order their data allows:
+two programs on two devices with no data between them may finish either
+way round. An *ordered* execution must not start before the previous
+ordered execution of the same Python thread has completed, on any device.
+
+The mechanism is a runtime token threaded through executions as data, the
+design JAX uses (see docs/effects.md):
+
+* The token is a ``bool[0]`` buffer. An ordered execution runs a
+  token-threaded form of its program: the same ``@main`` with one more
+  parameter and one more result, the token, both last.
+  :func:`with_runtime_token` writes that form from the program text; users
+  never write it themselves.
+* Each thread keeps the token of its last ordered execution. The next one
+  takes it as an argument, so the plugin starts it only once that token is
+  ready, which is when the whole previous execution has completed. On another
+  device the token is first copied there (``PJRT_Buffer_CopyToDevice``),
+  which also waits for it on the device side.
+* Nothing waits on the host: an ordered ``execute_async`` returns at once.
+
+``effects_barrier()`` waits for every execution dispatched before it, from
+any thread, ordered or not, including those with no outputs. The C helpers
+count executions from their completion events (``completion.c``).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ._ffi import lib
+from .program import _MAIN, _split_top_level
+
+if TYPE_CHECKING:
+    from .buffer import Buffer
+    from .client import Client
+    from .device import Device
+
+TOKEN_TYPE = "tensor<0xi1>"
+TOKEN_NAME = "%pjrt_py_token"
+BODY_NAME = "@pjrt_py_body"
+
+# Every client, for the barrier. Weak: a client that is gone has nothing
+# left running (its destruction joined the plugin's threads).
+_clients: weakref.WeakSet[Client] = weakref.WeakSet()
+
+
+def register(client: Client) -> None:
+    _clients.add(client)
+
+
+def effects_barrier() -> None:
+    """Block until every execution dispatched so far, on every device, completed.
+
+    Covers executions from every thread and every open client, ordered or
+    not, with or without outputs. Executions dispatched while the barrier
+    waits (by other threads) do not extend the wait. The barrier does not
+    raise the errors of the work it waits for: each execution reports its
+    own at ``value()``.
+    """
+    for client in list(_clients):
+        if not client._closed and lib.pjrt_py_client_barrier(client._h) != 0:
+            raise MemoryError("effects_barrier: out of memory")
+
+
+def running(client: Client) -> int:
+    """Executions of ``client`` dispatched and not yet completed."""
+    return int(lib.pjrt_py_client_running(client._h))
+
+
+class _Tokens(threading.local):
+    """One thread's runtime tokens: per client, the last ordered execution's."""
+
+    def __init__(self) -> None:
+        self.by_client: weakref.WeakKeyDictionary[Client, tuple[Buffer, Device]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+
+_tokens = _Tokens()
+
+
+def token_for(client: Client, device: Device) -> Buffer:
+    """The calling thread's runtime token, on ``device``, for the next ordered execution.
+
+    The first ordered execution of a thread gets a fresh (ready) token. The
+    token of another device is copied here: the copy waits on the device side
+    for the execution that produced it.
+    """
+    held = _tokens.by_client.get(client)
+    if held is not None and held[0]._ptr is not None:
+        token, where = held
+        if where is device:
+            return token
+        return token.copy_to_device_async(device).buffer()
+    return client.buffer_async(np.zeros(0, np.bool_), device).buffer()
+
+
+def set_token(client: Client, token: Buffer, device: Device) -> None:
+    _tokens.by_client[client] = (token, device)
+
+
+def with_runtime_token(program: str) -> str:
+    """``program`` rewritten so ``@main`` takes and returns a runtime token.
+
+    The original ``@main`` becomes the private function ``@pjrt_py_body``; a
+    new ``@main`` takes the same parameters (attributes kept, so donation
+    still applies) plus ``%pjrt_py_token: tensor<0xi1>`` last, calls the
+    body, and returns its results plus the token, last. Output indices are
+    unchanged.
+
+    Raises ``ValueError`` if ``@main`` cannot be found or read.
+    """
+    m = _MAIN.search(program)
+    if m is None:
+        raise ValueError("ordered execution needs a text program with a func.func @main")
+    if BODY_NAME in program:
+        raise ValueError("program already has a runtime token (it mentions @pjrt_py_body)")
+    params, close = _split_top_level(program, m.end() - 1)
+    names, param_types = [], []
+    for part in params:
+        nm = re.match(r"(%[\w.$-]+)\s*:\s*", part)
+        if nm is None:
+            raise ValueError(f"cannot read @main parameter {part!r}")
+        rest = part[nm.end() :]
+        names.append(nm.group(1))
+        param_types.append(rest.split("{", 1)[0].strip())
+    result_parts, result_types = _results(program, close + 1)
+
+    body = program[: m.start()] + f"func.func private {BODY_NAME}(" + program[m.end() :]
+    n = len(result_types)
+    call_types = f"({', '.join(param_types)}) -> ({', '.join(result_types)})"
+    call = f"func.call {BODY_NAME}({', '.join(names)}) : {call_types}"
+    if n == 0:
+        lines = [call]
+        returned: list[str] = []
+    elif n == 1:
+        lines = [f"%pjrt_py_r = {call}"]
+        returned = ["%pjrt_py_r"]
+    else:
+        lines = [f"%pjrt_py_r:{n} = {call}"]
+        returned = [f"%pjrt_py_r#{i}" for i in range(n)]
+    ret_values = ", ".join([*returned, TOKEN_NAME])
+    ret_types = ", ".join([*result_types, TOKEN_TYPE])
+    signature = ", ".join([*params, f"{TOKEN_NAME}: {TOKEN_TYPE}"])
+    results = ", ".join([*result_parts, TOKEN_TYPE])
+    wrapper = (
+        f"  func.func public @main({signature}) -> ({results}) {{\n"
+        + "".join(f"    {line}\n" for line in lines)
+        + f"    return {ret_values} : {ret_types}\n  }}\n"
+    )
+    stripped = body.rstrip()
+    if stripped.lstrip().startswith("module") and stripped.endswith("}"):
+        return stripped[:-1] + wrapper + "}\n"
+    return body + "\n" + wrapper
+
+
+def _results(program: str, at: int) -> tuple[list[str], list[str]]:
+    """Result declarations (with attributes) and bare types after @main's parameters."""
+    rest = program[at:].lstrip()
+    if not rest.startswith("->"):
+        return [], []
+    start = len(program) - len(rest) + 2
+    while program[start].isspace():
+        start += 1
+    if program[start] == "(":
+        parts, _ = _split_top_level(program, start)
+    else:
+        single = re.match(r"(.*?)\s*(?:attributes\b|\{)", program[start:], re.S)
+        if single is None:
+            raise ValueError("cannot read @main's result type")
+        parts = [single.group(1).strip()]
+    return parts, [p.split("{", 1)[0].strip() for p in parts]
