@@ -14,6 +14,8 @@ EXAMPLE = ROOT / "examples" / "async_pipeline.py"
 ASYNC_DOC = ROOT / "docs" / "async.md"
 AOT_DOC = ROOT / "docs" / "aot.md"
 DEVICES_DOC = ROOT / "docs" / "devices.md"
+EFFECTS_DOC = ROOT / "docs" / "effects.md"
+SGD_EXAMPLE = ROOT / "examples" / "data_parallel_sgd.py"
 
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 
@@ -42,6 +44,15 @@ def test_async_pipeline_example_runs() -> None:
         assert section in result.stdout, result.stdout
 
 
+def test_data_parallel_sgd_example_runs() -> None:
+    # The script asserts its own results: 4 replicas equal, a 1-device run and numpy.
+    result = subprocess.run(
+        [sys.executable, str(SGD_EXAMPLE)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 replicas agree exactly; matches a 1-device run and numpy" in result.stdout
+
+
 def test_async_doc_has_code_blocks() -> None:
     assert len(python_blocks(ASYNC_DOC)) >= 2
 
@@ -56,7 +67,7 @@ def test_async_doc_code_block_runs(index: int) -> None:
         namespace.clear()  # drop the block's clients, buffers and promises now
 
 
-@pytest.mark.parametrize(("doc", "min_blocks"), [(AOT_DOC, 6), (DEVICES_DOC, 2)])
+@pytest.mark.parametrize(("doc", "min_blocks"), [(AOT_DOC, 6), (DEVICES_DOC, 4), (EFFECTS_DOC, 3)])
 def test_walk_through_doc_runs_top_to_bottom(doc: Path, min_blocks: int) -> None:
     # These pages are walk-throughs: later blocks use what earlier ones made.
     blocks = python_blocks(doc)
