@@ -25,16 +25,21 @@ static void pjrt_py_epochs_trim(pjrt_py_client* c) {
   }
 }
 
-static void pjrt_py_completed(PJRT_Error* error, void* user_arg) {
-  pjrt_py_running* r = (pjrt_py_running*)user_arg;
+/* One counted execution has completed (or will never be reported). */
+static void pjrt_py_running_done(pjrt_py_running* r) {
   pjrt_py_client* c = r->c;
-  pjrt_py_error_destroy(c->api, error); /* the outcome belongs to the execution's outputs */
   pthread_mutex_lock(&c->mu);
   r->epoch->running--;
   pjrt_py_epochs_trim(c);
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
   free(r);
+}
+
+static void pjrt_py_completed(PJRT_Error* error, void* user_arg) {
+  pjrt_py_running* r = (pjrt_py_running*)user_arg;
+  pjrt_py_error_destroy(r->c->api, error); /* the outcome belongs to the execution's outputs */
+  pjrt_py_running_done(r);
 }
 
 /* Counts one execution until event is ready. Does not take the event: the
@@ -56,12 +61,7 @@ static void pjrt_py_track(pjrt_py_client* c, PJRT_Event* event) {
   PJRT_Error* error = c->api->PJRT_Event_OnReady(&args);
   if (error != NULL) { /* no callback will come */
     pjrt_py_error_destroy(c->api, error);
-    pthread_mutex_lock(&c->mu);
-    r->epoch->running--;
-    pjrt_py_epochs_trim(c);
-    pthread_cond_broadcast(&c->cv);
-    pthread_mutex_unlock(&c->mu);
-    free(r);
+    pjrt_py_running_done(r);
   }
 }
 
