@@ -12,7 +12,7 @@ from . import _runtime, effects, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, host_to_device
 from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
-from .compile_options import encode_compile_options
+from .compile_options import encode_compile_options, positive_count
 from .device import Device
 from .errors import PjrtError, SerializationError
 from .executable import Executable
@@ -237,12 +237,15 @@ class Client:
         device: Device | None,
     ) -> bytes:
         """The CompileOptionsProto for compile()'s keyword arguments."""
-        replicas = _module_count(program, "num_replicas") if num_replicas is None else num_replicas
-        partitions = (
-            _module_count(program, "num_partitions") if num_partitions is None else num_partitions
+        # Validated first: the device counts below multiply them.
+        replicas = positive_count(
+            "num_replicas",
+            _module_count(program, "num_replicas") if num_replicas is None else num_replicas,
         )
-        if replicas is not None and partitions is not None:  # validated before use
-            encode_compile_options(num_replicas=replicas, num_partitions=partitions)
+        partitions = positive_count(
+            "num_partitions",
+            _module_count(program, "num_partitions") if num_partitions is None else num_partitions,
+        )
         assignment = None
         if device is not None:
             if device_assignment is not None or replicas * partitions != 1:

@@ -54,7 +54,8 @@ def _bytes_field(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | _LEN) + _varint(len(payload)) + payload
 
 
-def _positive(name: str, value: object) -> int:
+def positive_count(name: str, value: object) -> int:
+    """``value`` if it is a positive int (not a bool), else ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return value
@@ -94,8 +95,8 @@ def encode_compile_options(
     The defaults (one replica, one partition) encode to the 6 bytes
     ``1a 04 20 01 28 01``, the smallest options the CPU plugin accepts.
     """
-    num_replicas = _positive("num_replicas", num_replicas)
-    num_partitions = _positive("num_partitions", num_partitions)
+    num_replicas = positive_count("num_replicas", num_replicas)
+    num_partitions = positive_count("num_partitions", num_partitions)
     build = _int_field(_NUM_REPLICAS, num_replicas) + _int_field(_NUM_PARTITIONS, num_partitions)
     if use_spmd_partitioning:
         build += _int_field(_USE_SPMD_PARTITIONING, 1)

@@ -572,9 +572,7 @@ class Executable:
         device = self.devices[0]
         row = self._buffers(args, device)  # checked against this program's names
         token = effects.token_for(self._client, device)
-        refused = form._non_donatable([[*row, token]], non_donatable)
-        (promise,) = form._run([[b._ptr for b in row] + [token._ptr]], refused)
-        form._retire_donated([[*row, token]], refused)
+        (promise,) = form._dispatch_rows([[*row, token]], non_donatable)
         *outputs, token_out = promise._buffers
         effects.set_token(self._client, token_out, device)
         if not outputs:

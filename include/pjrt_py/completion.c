@@ -90,11 +90,7 @@ int pjrt_py_client_barrier(pjrt_py_client* c) {
 /* At the client's end: 1 if the epochs were freed, 0 if an execution is
  * still counted (its callback would touch them; they are left alone). */
 static int pjrt_py_epochs_free(pjrt_py_client* c) {
-  pthread_mutex_lock(&c->mu);
-  long running = 0;
-  for (pjrt_py_epoch* e = c->oldest; e != NULL; e = e->next) running += e->running;
-  pthread_mutex_unlock(&c->mu);
-  if (running) return 0;
+  if (pjrt_py_client_running(c)) return 0;
   while (c->oldest != NULL) {
     pjrt_py_epoch* e = c->oldest;
     c->oldest = e->next;
