@@ -1,8 +1,13 @@
-"""cffi builder for pjrt_py (API mode, out-of-line, compiled at install time).
+"""Build definitions for pjrt_py's two extension modules.
 
-The PJRT header is not part of this repository. It is taken from the
-installed ``xla-cpu-pjrt`` wheel (a build requirement), or from the file or
-directory named by the ``PJRT_PY_HEADER`` environment variable.
+* ``pjrt_py._pjrt_cffi`` (cffi, API mode, out-of-line): the PJRT structs and
+  function table, for the broad API (plugin queries, compile, executables).
+* ``pjrt_py._core`` (CPython, ``native/``): buffers, promises, dispatch and
+  every lifetime; all of pjrt_py's C lives there, once.
+
+Both compile against the same PJRT header, which is not part of this
+repository: it is taken from the installed ``xla-cpu-pjrt`` wheel (a build
+requirement), or from the file or directory named by ``PJRT_PY_HEADER``.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ from cffi import FFI
 
 HERE = Path(__file__).resolve().parent
 DECL = HERE / "include" / "pjrt_py"
+NATIVE = HERE / "native"
 
 # Order matters: each cdef file may use the types of the ones before it.
-CDEF_FILES = ["api.h", "client.h", "device.h", "buffer.h", "executable.h", "table.h", "helpers.h"]
-C_FILES = ["plugin.c", "client.c", "event.c", "completion.c", "transfer.c", "execute.c"]
+CDEF_FILES = ["api.h", "client.h", "device.h", "buffer.h", "executable.h", "table.h", "slots.h"]
 
 
 def find_header() -> Path:
@@ -68,9 +73,6 @@ def make_builder() -> FFI:
             "#include <stdint.h>",
             '#include "pjrt_c_api.h"',
             "typedef struct { const char* name; size_t end; } pjrt_py_slot;",
-            "typedef struct pjrt_py_client pjrt_py_client;",
-            "static void _pjrt_py_event_ready(void* handle);",
-            *((DECL / name).read_text() for name in C_FILES),
             slot_table(header),
         ]
     )
@@ -78,10 +80,23 @@ def make_builder() -> FFI:
         "pjrt_py._pjrt_cffi",
         source,
         include_dirs=[str(header.parent)],
-        libraries=["dl", "pthread"],
-        extra_compile_args=["-O2", "-std=gnu11", "-Wno-unused-function"],
+        extra_compile_args=["-O2", "-std=gnu11"],
     )
     return ffi
+
+
+def core_extension() -> dict[str, object]:
+    """Keyword arguments for setuptools.Extension("pjrt_py._core", ...)."""
+    import numpy
+
+    header = find_header()
+    return {
+        "sources": [str((NATIVE / "core.c").relative_to(HERE))],
+        "depends": [str(p.relative_to(HERE)) for p in sorted(NATIVE.glob("*.[ch]"))],
+        "include_dirs": [str(header.parent), numpy.get_include(), str(NATIVE)],
+        "libraries": ["dl", "pthread"],
+        "extra_compile_args": ["-O2", "-std=gnu11", "-Wall", "-Wno-unused-function"],
+    }
 
 
 ffibuilder = make_builder()

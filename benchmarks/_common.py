@@ -53,19 +53,18 @@ def build_c(source: str, out_dir: str | None = None) -> Path:
 def load_c(source: str, cdef: str) -> tuple[Any, Any, Callable[[Any], Any]]:
     """Build benchmarks/<source> and load it with its own cffi FFI.
 
-    Returns (ffi, lib, addr): ``addr`` turns one of pjrt_py's cdata pointers
-    (a PJRT handle) into a ``void*`` of this FFI, to hand to the C code.
+    Returns (ffi, lib, addr): ``addr`` turns the address of one of pjrt_py's
+    PJRT handles (an int: ``plugin.address``, ``client._handle``,
+    ``buffer._handle``, ...) into a ``void*`` of this FFI, for the C code.
     """
     from cffi import FFI
-
-    from pjrt_py._ffi import ffi as our_ffi
 
     ffi = FFI()
     ffi.cdef(cdef)
     lib = ffi.dlopen(str(build_c(source)))
 
-    def addr(pointer: Any) -> Any:
-        return ffi.cast("void*", int(our_ffi.cast("uintptr_t", pointer)))
+    def addr(address: int) -> Any:
+        return ffi.cast("void*", address)
 
     return ffi, lib, addr
 

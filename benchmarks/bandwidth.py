@@ -36,7 +36,7 @@ def _c_baseline(client: pjrt_py.Client) -> Any:
         "double c_h2d(void*, void*, void*, void*, int, int64_t*, size_t, int, long);"
         "double c_d2h(void*, void*, void*, size_t, long);",
     )
-    api, cl, dev = addr(client._api), addr(client._ptr), addr(client.devices[0]._ptr)
+    api, cl, dev = addr(client.plugin.address), addr(client._handle), addr(client.devices[0]._addr)
     copy = lib.PJRT_HostBufferSemantics_kImmutableOnlyDuringCall
     f64 = lib.PJRT_Buffer_Type_F64
 
@@ -47,7 +47,7 @@ def _c_baseline(client: pjrt_py.Client) -> Any:
 
     def d2h(buf: pjrt_py.Buffer, nbytes: int) -> None:
         dst = np.empty(nbytes, np.uint8)  # a new array each time, as to_numpy makes
-        if c.c_d2h(api, addr(buf._ptr), ffi.from_buffer(dst), nbytes, 1) < 0:
+        if c.c_d2h(api, addr(buf._handle), ffi.from_buffer(dst), nbytes, 1) < 0:
             raise RuntimeError("PJRT error in the C baseline")
 
     return h2d, d2h

@@ -27,8 +27,8 @@ def c_loop_timer(client: pjrt_py.Client, exe: pjrt_py.Executable, args: list[Any
         "double c_dispatch_loop(void* api, void* exe, void** args, size_t num_args,"
         " size_t num_outputs, long iterations);",
     )
-    arg_array = ffi.new("void*[]", [addr(b._ptr) for b in args])
-    api, exe_ptr = addr(client._api), addr(exe._ptr)
+    arg_array = ffi.new("void*[]", [addr(b._handle) for b in args])
+    api, exe_ptr = addr(client.plugin.address), addr(exe._loaded.address)
 
     def c_loop(k: int) -> None:
         if c.c_dispatch_loop(api, exe_ptr, arg_array, len(args), 1, k) < 0:

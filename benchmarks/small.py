@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 import pjrt_py
-from pjrt_py._ffi import lib
+from pjrt_py import _core
 
 from ._common import cli, interleaved, machine, target
 
@@ -38,13 +38,13 @@ def _without(fn: Any, client: pjrt_py.Client, direct: bool, spin: bool) -> Any:
     """``fn`` run with the CPU direct read and/or the wait's spin phase off."""
 
     def timed(k: int) -> None:
-        spin_ns, fast = lib.pjrt_py_spin_ns(), client._cpu_fast_paths
-        lib.pjrt_py_set_spin_ns(0 if spin else spin_ns)
+        spin_ns, fast = _core.spin_ns(), client._cpu_fast_paths
+        _core.set_spin_ns(0 if spin else spin_ns)
         client._cpu_fast_paths = fast and not direct
         try:
             fn(k)
         finally:
-            lib.pjrt_py_set_spin_ns(spin_ns)
+            _core.set_spin_ns(spin_ns)
             client._cpu_fast_paths = fast
 
     return timed
@@ -137,7 +137,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "what": "round trip and small host-to-device copy, next to jax: us per call",
         "round_trip_us": trips,
         "h2d_us": h2d,
-        "spin_ns": lib.pjrt_py_spin_ns(),
+        "spin_ns": _core.spin_ns(),
         "targets": targets,
         "table": table,
         "machine": machine(),

@@ -9,11 +9,11 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
+from . import _runtime  # noqa: F401  (fork and exit handling)
 from .buffer import Buffer, aligned_empty
-from .client import Client
+from .client import Client, default_client
 from .compile_options import encode_compile_options
 from .device import Device
 from .dtypes import SUPPORTED as supported_dtypes
@@ -47,18 +47,6 @@ from .program import ArgSpec
 from .promise import ArrayPromise, BufferPromise, Promise
 
 __version__ = "0.1.0"
-
-_default: Client | None = None
-_default_lock = threading.Lock()
-
-
-def default_client() -> Client:
-    """The process-wide client the module-level functions use (made on first use)."""
-    global _default
-    with _default_lock:
-        if _default is None or _default.closed:
-            _default = Client()
-        return _default
 
 
 def buffer(value: Any, device: Device | None = None) -> Buffer:

@@ -4,24 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from . import _runtime, effects, serialization
+import numpy as np
+
+from . import _core, _runtime, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, host_to_device
 from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
-from .compile_options import encode_compile_options, positive_count
+from .compile_options import options_for_program, program_bytes
+from .compiled import CompiledProgram
 from .device import Device
 from .errors import PjrtError, SerializationError
 from .executable import Executable
-from .plugin import Plugin, encode_named_values, load_plugin
+from .plugin import Plugin, address, encode_named_values, load_plugin
 from .program import main_signature
 from .promise import BufferPromise
 
 
-class Client:
+class Client(_core.ClientCore):
     """A PJRT client.
 
     Parameters
@@ -42,9 +45,12 @@ class Client:
         else 1 GiB); least recently used entries go first.
 
     ``close()`` makes the client and everything made from it unusable at
-    once. The PJRT client itself is destroyed when the last of its buffers and
-    executables is gone (a reference count kept in C), so nothing can use it
-    after it is freed, whatever order Python collects objects in.
+    once (``ValueError``). The PJRT client itself is destroyed when the last
+    of its buffers, executables and calls in flight is gone (a reference
+    count kept in C), so nothing can use it after it is freed, whatever order
+    Python collects objects in. ``copy.copy`` / ``copy.deepcopy`` give the
+    client itself; pickling raises ``TypeError``. In a process forked after
+    the client was made, the client is closed (see :mod:`pjrt_py._runtime`).
     """
 
     def __init__(
@@ -55,9 +61,6 @@ class Client:
         cache_dir: str | os.PathLike[str] | bool | None = None,
         cache_max_bytes: int | None = None,
     ) -> None:
-        self._ptr = None
-        self._h = None
-        self._closed = False
         self.compile_cache = MemoryCache()
         if cache_dir is None:
             cache_dir = os.environ.get(ENV_DIR) or False
@@ -67,63 +70,69 @@ class Client:
             DiskCache(cache_dir, cache_max_bytes) if cache_dir is not False else None
         )
         self._disk_identity: bytes | None = None
+        self._tokens = threading.local()  # each thread's ordered-execution token
         self.plugin = plugin if isinstance(plugin, Plugin) else load_plugin(plugin)
-        self._api = self.plugin.api
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict, got {type(options).__name__}")
         options = options or {}
         values, keep = encode_named_values(options)
-        self._closed = True  # until fully made: __del__ must not unref
         args = self.plugin.invoke(
             "PJRT_Client_Create", create_options=values, num_options=len(options)
         )
         del keep
-        self._ptr = args.client
-        self._h = lib.pjrt_py_client_wrap(self._api, self._ptr)
-        if self._h == ffi.NULL:
-            raise MemoryError("cannot allocate the client handle")
-        self._closed = False
-        _runtime.register_client(self)
-        effects.register(self)
-
+        # From here the native core owns the PJRT client: if anything below
+        # fails, this object's collection destroys it.
+        self._attach(self.plugin.address, address(args.client), False)
         self.platform_name: str = self._string("PJRT_Client_PlatformName", "platform_name")
         self.platform_version: str = self._string("PJRT_Client_PlatformVersion", "platform_version")
-        # CPU-only transfer paths: staged large copies, direct small reads
-        # (see STAGED_COPY_BYTES and DIRECT_READ_BYTES in buffer.py).
+        # CPU-only transfer paths: staged large copies, direct reads of ready
+        # buffers (see STAGED_COPY_BYTES and DIRECT_READ_BYTES in buffer.py).
         self._cpu_fast_paths = self.platform_name == "cpu"
-        self.process_index: int = self.plugin.invoke(
-            "PJRT_Client_ProcessIndex", client=self._ptr
-        ).process_index
-
-        self._devices_by_ptr: dict[int, Device] = {}
+        with self._pinned() as ptr:
+            self.process_index: int = self.plugin.invoke(
+                "PJRT_Client_ProcessIndex", client=ptr
+            ).process_index
+        self._devices_by_addr: dict[int, Device] = {}
         self.devices: list[Device] = self._device_list("PJRT_Client_Devices", "devices")
         self.addressable_devices: list[Device] = self._device_list(
             "PJRT_Client_AddressableDevices", "addressable_devices"
         )
         if not self.addressable_devices:
             raise RuntimeError(f"{self.plugin.path}: the client has no addressable devices")
+        self._set_default_device(self.addressable_devices[0]._addr)
 
     # -- construction helpers ------------------------------------------
+    @contextlib.contextmanager
+    def _pinned(self) -> Iterator[Any]:
+        """The ``PJRT_Client*``, held for a PJRT call: a concurrent ``close()``
+        cannot free it, and the exit sequence waits for the call."""
+        ptr, token = self._pin()
+        try:
+            yield ffi.cast("PJRT_Client*", ptr)
+        finally:
+            self._unpin(token)
+
     def _string(self, function: str, field: str) -> str:
-        args = self.plugin.invoke(function, client=self._ptr)
-        return str(ffi.unpack(getattr(args, field), getattr(args, f"{field}_size")).decode())
+        with self._pinned() as ptr:
+            args = self.plugin.invoke(function, client=ptr)
+            return str(ffi.unpack(getattr(args, field), getattr(args, f"{field}_size")).decode())
 
     def _device_list(self, function: str, field: str) -> list[Device]:
-        args = self.plugin.invoke(function, client=self._ptr)
-        count = getattr(args, f"num_{field}")
-        ptrs = getattr(args, field)
-        return [self._device_for(ptrs[i]) for i in range(count)]
+        with self._pinned() as ptr:
+            args = self.plugin.invoke(function, client=ptr)
+            count, ptrs = getattr(args, f"num_{field}"), getattr(args, field)
+            return [self._device_for(address(ptrs[i])) for i in range(count)]
 
-    def _device_for(self, ptr: Any) -> Device:
-        key = int(ffi.cast("uintptr_t", ptr))
-        device = self._devices_by_ptr.get(key)
+    def _device_for(self, addr: int) -> Device:
+        """The Device at a ``PJRT_Device*`` address (made once per device)."""
+        device = self._devices_by_addr.get(addr)
         if device is None:
-            device = Device(self, ptr)
-            self._devices_by_ptr[key] = device
+            device = Device(self, ffi.cast("PJRT_Device*", addr))
+            self._devices_by_addr[addr] = device
         return device
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self.closed:
             raise ValueError("client is closed")
 
     def _target(self, device: Device | None) -> Device:
@@ -141,10 +150,6 @@ class Client:
     @property
     def default_device(self) -> Device:
         return self.addressable_devices[0]
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     def compile(
         self,
@@ -196,8 +201,15 @@ class Client:
         if not isinstance(program, (str, bytes)):
             raise TypeError(f"program must be str (MLIR text) or bytes, got {type(program)}")
         if compile_options is None:
-            options = self._options(
-                program, num_replicas, num_partitions, device_assignment, device
+            options = options_for_program(
+                program,
+                num_replicas=num_replicas,
+                num_partitions=num_partitions,
+                device_assignment=None
+                if device_assignment is None
+                else [[self._device_id(d) for d in row] for row in device_assignment],
+                device=None if device is None else self._target(device).id,
+                device_ids=[d.id for d in self.devices],
             )
         elif not isinstance(compile_options, (bytes, bytearray)) or not compile_options:
             raise ValueError("compile_options must be non-empty serialized CompileOptionsProto")
@@ -209,18 +221,18 @@ class Client:
         else:
             options = bytes(compile_options)
         if not cache:
-            exe = self._compile(program, _program_bytes(program), options)
+            compiled = self._compile(program, program_bytes(program), options)
         else:
             # A hit is a lookup by the program itself: a str's hash is
             # computed once per object, and nothing is encoded or parsed.
             key = (program, options)
-            cached = self.compile_cache.get(key)
-            if cached is None:
-                cached = self._compile_through_disk(program, _program_bytes(program), options)
-                self.compile_cache.put(key, cached)
-            # Each caller gets its own Executable sharing the compiled
-            # program, so one caller's delete() cannot break another's.
-            exe = cached._share()
+            compiled = self.compile_cache.get(key)
+            if compiled is None:
+                compiled = self._compile_through_disk(program, program_bytes(program), options)
+                self.compile_cache.put(key, compiled)
+        # Each caller gets its own Executable sharing the compiled program,
+        # so one caller's delete() cannot break another's.
+        exe = Executable(compiled)
         if isinstance(program, str):
             exe._source = (program, options)
         if ordered:
@@ -228,61 +240,10 @@ class Client:
             exe._ordered = exe._blocked = True
         return exe
 
-    def _options(
-        self,
-        program: str | bytes,
-        num_replicas: int | None,
-        num_partitions: int | None,
-        device_assignment: Sequence[Sequence[int | Device]] | None,
-        device: Device | None,
-    ) -> bytes:
-        """The CompileOptionsProto for compile()'s keyword arguments."""
-        # Validated first: the device counts below multiply them.
-        replicas = positive_count(
-            "num_replicas",
-            _module_count(program, "num_replicas") if num_replicas is None else num_replicas,
-        )
-        partitions = positive_count(
-            "num_partitions",
-            _module_count(program, "num_partitions") if num_partitions is None else num_partitions,
-        )
-        assignment = None
-        if device is not None:
-            if device_assignment is not None or replicas * partitions != 1:
-                raise ValueError(
-                    "device= places a single-device program; for replicas or partitions "
-                    "pass device_assignment"
-                )
-            assignment = [[self._target(device).id]]
-        elif device_assignment is not None:
-            assignment = [
-                [self._target(d).id if isinstance(d, Device) else d for d in row]
-                for row in device_assignment
-            ]
-        elif replicas * partitions > 1:
-            devices = self.devices
-            if replicas * partitions > len(devices):
-                raise ValueError(
-                    f"{replicas} replica(s) x {partitions} partition(s) need "
-                    f"{replicas * partitions} devices; this client has {len(devices)}"
-                )
-            ids = [d.id for d in devices]
-            assignment = [ids[r * partitions : (r + 1) * partitions] for r in range(replicas)]
-        if assignment is not None:
-            known = {d.id for d in self.devices}
-            unknown = [i for row in assignment for i in row if i not in known]
-            if unknown:
-                raise ValueError(f"device_assignment names unknown device id(s) {unknown}")
-        sharded = partitions > 1
-        return encode_compile_options(
-            num_replicas=replicas,
-            num_partitions=partitions,
-            device_assignment=assignment,
-            use_spmd_partitioning=sharded,
-            use_shardy_partitioner=sharded and _uses_shardy(program),
-        )
+    def _device_id(self, device: int | Device) -> int:
+        return self._target(device).id if isinstance(device, Device) else device
 
-    def _compile(self, program: str | bytes, code: bytes, options: bytes) -> Executable:
+    def _compile(self, program: str | bytes, code: bytes, options: bytes) -> CompiledProgram:
         """Compile ``code`` (``program`` encoded) with the plugin: no cache involved."""
         signature = main_signature(program) if isinstance(program, str) else None
         code_buf = ffi.new("char[]", code)
@@ -292,19 +253,20 @@ class Client:
         prog.code, prog.code_size = code_buf, len(code)
         prog.format, prog.format_size = fmt, 4
         opts = ffi.new("char[]", options)
-        args = self.plugin.invoke(
-            "PJRT_Client_Compile",
-            client=self._ptr,
-            program=prog,
-            compile_options=opts,
-            compile_options_size=len(options),
-        )
-        lib.pjrt_py_client_ref(self._h)  # the executable's reference
-        return Executable(self, args.executable, signature)
+        with self._pinned() as ptr:
+            args = self.plugin.invoke(
+                "PJRT_Client_Compile",
+                client=ptr,
+                program=prog,
+                compile_options=opts,
+                compile_options_size=len(options),
+            )
+            loaded = _core.Loaded(self, address(args.executable))
+        return CompiledProgram(self, loaded, signature)
 
     def _compile_through_disk(
         self, program: str | bytes, code: bytes, options: bytes
-    ) -> Executable:
+    ) -> CompiledProgram:
         disk = self.disk_cache
         if disk is None:
             return self._compile(program, code, options)
@@ -314,16 +276,16 @@ class Client:
         data = disk.get(key)
         if data is not None:
             try:
-                exe = self.deserialize(data)
+                compiled = self._load(data)
                 disk.hits += 1
-                return exe
+                return compiled
             except (SerializationError, PjrtError):
                 disk.reject(key)  # damaged or unloadable: compile and rewrite
-        exe = self._compile(program, code, options)
+        compiled = self._compile(program, code, options)
         # An unwritable cache, or a plugin that cannot serialize, costs a compile.
         with contextlib.suppress(OSError, PjrtError):
-            disk.put(key, exe.serialize())
-        return exe
+            disk.put(key, compiled.serialize(compiled.signature))
+        return compiled
 
     def deserialize(self, data: bytes) -> Executable:
         """Load an executable from ``Executable.serialize()`` bytes.
@@ -336,31 +298,28 @@ class Client:
             sees anything.
         """
         self._check_open()
+        return Executable(self._load(data))
+
+    def _load(self, data: bytes) -> CompiledProgram:
         made_by, signature, payload = serialization.unpack(data)
         problem = serialization.identity_mismatch(made_by, serialization.plugin_identity(self))
         if problem:
             raise SerializationError(problem)
         blob = ffi.from_buffer(payload)
-        args = self.plugin.invoke(
-            "PJRT_Executable_DeserializeAndLoad",
-            client=self._ptr,
-            serialized_executable=blob,
-            serialized_executable_size=len(payload),
-        )
-        lib.pjrt_py_client_ref(self._h)  # the executable's reference
-        return Executable(self, args.loaded_executable, signature)
+        with self._pinned() as ptr:
+            args = self.plugin.invoke(
+                "PJRT_Executable_DeserializeAndLoad",
+                client=ptr,
+                serialized_executable=blob,
+                serialized_executable_size=len(payload),
+            )
+            loaded = _core.Loaded(self, address(args.loaded_executable))
+        return CompiledProgram(self, loaded, signature)
 
-    def buffer_async(
+    def _buffer_async_slow(
         self, value: Any, device: Device | None = None, *, zero_copy: bool = False
     ) -> BufferPromise:
-        """Start moving a numpy array or scalar to ``device``; returns a promise at once.
-
-        The data is copied: changing ``value`` after this returns does not
-        change the device buffer. ``zero_copy=True`` (CPU only, 64-byte
-        aligned C-contiguous arrays) makes the buffer alias ``value`` instead:
-        the array is kept alive with the buffer, and writing to it changes the
-        buffer's contents -- the caller must not.
-        """
+        """buffer_async for everything its native path does not take."""
         self._check_open()
         return host_to_device(self, value, device, zero_copy)
 
@@ -368,18 +327,18 @@ class Client:
         self, value: Any, device: Device | None = None, *, zero_copy: bool = False
     ) -> Buffer:
         """Move a numpy array or scalar to ``device`` and wait until it is there."""
-        promise = self.buffer_async(value, device, zero_copy=zero_copy)
+        if device is None and not zero_copy:
+            promise = self.buffer_async(value)  # keywords would leave the native path
+        else:
+            promise = self.buffer_async(value, device, zero_copy=zero_copy)
         result: Buffer = promise.value()
         return result
 
     def close(self) -> None:
         """Make the client unusable, and drop its own reference. Idempotent."""
-        if not self._closed:
-            self._closed = True
+        if not self.closed:
             self.compile_cache.clear()
-            h = getattr(self, "_h", None)
-            if h is not None and not _runtime.state.finalizing:
-                lib.pjrt_py_client_unref(h)
+        self._close()
 
     def __enter__(self) -> Client:
         return self
@@ -387,40 +346,57 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        if getattr(self, "_h", None) is not None:
-            self.close()
+    def __copy__(self) -> Client:
+        return self
 
-    def __repr__(self) -> str:
-        state = " closed" if self._closed else ""
-        return (
-            f"<Client {self.platform_name} ({self.platform_version}) "
-            f"{len(self.addressable_devices)} device(s){state}>"
+    def __deepcopy__(self, memo: Any) -> Client:
+        return self
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a pjrt_py.Client cannot be pickled: it is this process's connection to a "
+            "plugin; make a Client in the other process"
         )
 
-
-_MODULE_COUNT = {
-    name: re.compile(rf"mhlo\.{name}\s*=\s*(\d+)") for name in ("num_replicas", "num_partitions")
-}
-
-
-def _module_count(program: str | bytes, name: str) -> int:
-    """``mhlo.num_replicas`` / ``mhlo.num_partitions`` of a text module, else 1."""
-    if isinstance(program, bytes):
-        return 1
-    head = program[: program.find("func.func")]  # module attributes come first
-    m = _MODULE_COUNT[name].search(head)
-    return int(m.group(1)) if m else 1
+    def __repr__(self) -> str:
+        state = " closed" if self.closed else ""
+        name = getattr(self, "platform_name", "?")
+        version = getattr(self, "platform_version", "?")
+        count = len(getattr(self, "addressable_devices", ()))
+        return f"<Client {name} ({version}) {count} device(s){state}>"
 
 
-def _uses_shardy(program: str | bytes) -> bool:
-    """Whether the program carries Shardy shardings (``sdy.mesh`` / ``sdy.sharding``)."""
-    return ("sdy." if isinstance(program, str) else b"sdy.") in program  # type: ignore[operator]
+_default: Client | None = None
+_default_lock = threading.Lock()
 
 
-def _program_bytes(program: str | bytes) -> bytes:
-    """The bytes handed to the compiler; ValueError for an empty program."""
-    code = program.encode() if isinstance(program, str) else program
-    if not code:
-        raise ValueError("program is empty")
-    return code
+def _new_default_lock() -> None:
+    global _default_lock
+    _default_lock = threading.Lock()
+
+
+_runtime.reset_in_child(_new_default_lock)
+
+
+def default_client() -> Client:
+    """The process-wide client the module-level functions use (made on first use).
+
+    A closed default client is replaced; so is one inherited over ``os.fork()``.
+    """
+    global _default
+    with _default_lock:
+        if _default is None or _default.closed:
+            _default = Client()
+        return _default
+
+
+def _unpickle_buffer(array: np.ndarray[Any, Any], device_id: int) -> Buffer:
+    """A pickled Buffer, placed with the default client (on device ``device_id`` if it has one)."""
+    client = default_client()
+    device = next((d for d in client.addressable_devices if d.id == device_id), None)
+    return client.buffer(array, device)
+
+
+_core.set_hooks(unpickle=_unpickle_buffer)
+
+__all__ = ["Client", "default_client"]

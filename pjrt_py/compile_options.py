@@ -11,6 +11,7 @@ and the encoding always carries num_replicas and num_partitions.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 # CompileOptionsProto
@@ -115,3 +116,87 @@ def encode_compile_options(
     if compile_portable_executable:
         out += _int_field(_COMPILE_PORTABLE_EXECUTABLE, 1)
     return out
+
+
+# -- options for a program -------------------------------------------------
+
+_MODULE_COUNT = {
+    name: re.compile(rf"mhlo\.{name}\s*=\s*(\d+)") for name in ("num_replicas", "num_partitions")
+}
+
+
+def module_count(program: str | bytes, name: str) -> int:
+    """``mhlo.num_replicas`` / ``mhlo.num_partitions`` of a text module, else 1."""
+    if isinstance(program, bytes):
+        return 1
+    head = program[: program.find("func.func")]  # module attributes come first
+    m = _MODULE_COUNT[name].search(head)
+    return int(m.group(1)) if m else 1
+
+
+def uses_shardy(program: str | bytes) -> bool:
+    """Whether the program carries Shardy shardings (``sdy.mesh`` / ``sdy.sharding``)."""
+    return ("sdy." if isinstance(program, str) else b"sdy.") in program  # type: ignore[operator]
+
+
+def program_bytes(program: str | bytes) -> bytes:
+    """The bytes handed to the compiler; ValueError for an empty program."""
+    code = program.encode() if isinstance(program, str) else program
+    if not code:
+        raise ValueError("program is empty")
+    return code
+
+
+def options_for_program(
+    program: str | bytes,
+    *,
+    num_replicas: int | None,
+    num_partitions: int | None,
+    device_assignment: Sequence[Sequence[int]] | None,
+    device: int | None,
+    device_ids: Sequence[int],
+) -> bytes:
+    """The CompileOptionsProto for ``Client.compile``'s keyword arguments.
+
+    ``device_assignment`` and ``device`` are device ids here; ``device_ids``
+    lists the client's devices (the default assignment takes them in order).
+    """
+    # Validated first: the device counts below multiply them.
+    replicas = positive_count(
+        "num_replicas",
+        module_count(program, "num_replicas") if num_replicas is None else num_replicas,
+    )
+    partitions = positive_count(
+        "num_partitions",
+        module_count(program, "num_partitions") if num_partitions is None else num_partitions,
+    )
+    assignment: list[list[int]] | None = None
+    if device is not None:
+        if device_assignment is not None or replicas * partitions != 1:
+            raise ValueError(
+                "device= places a single-device program; for replicas or partitions "
+                "pass device_assignment"
+            )
+        assignment = [[device]]
+    elif device_assignment is not None:
+        assignment = [list(row) for row in device_assignment]
+    elif replicas * partitions > 1:
+        if replicas * partitions > len(device_ids):
+            raise ValueError(
+                f"{replicas} replica(s) x {partitions} partition(s) need "
+                f"{replicas * partitions} devices; this client has {len(device_ids)}"
+            )
+        ids = list(device_ids)
+        assignment = [ids[r * partitions : (r + 1) * partitions] for r in range(replicas)]
+    if assignment is not None:
+        unknown = [i for row in assignment for i in row if i not in device_ids]
+        if unknown:
+            raise ValueError(f"device_assignment names unknown device id(s) {unknown}")
+    sharded = partitions > 1
+    return encode_compile_options(
+        num_replicas=replicas,
+        num_partitions=partitions,
+        device_assignment=assignment,
+        use_spmd_partitioning=sharded,
+        use_shardy_partitioner=sharded and uses_shardy(program),
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._ffi import ffi
-from .plugin import named_values
+from .plugin import address, named_values
 
 if TYPE_CHECKING:
     from .client import Client
@@ -33,6 +33,7 @@ class Device:
     def __init__(self, client: Client, ptr: Any) -> None:
         self.client = client
         self._ptr = ptr
+        self._addr = address(ptr)  # what the native core takes
         invoke = client.plugin.invoke
         desc = invoke("PJRT_Device_GetDescription", device=ptr).device_description
 
@@ -56,6 +57,17 @@ class Device:
     @property
     def platform(self) -> str:
         return self.client.platform_name
+
+    # A device is a handle to one device of one client: copies are the
+    # device itself; pickling refuses (it has no meaning in another process).
+    def __copy__(self) -> Device:
+        return self
+
+    def __deepcopy__(self, memo: Any) -> Device:
+        return self
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a pjrt_py.Device cannot be pickled: pickle its id instead")
 
     def __repr__(self) -> str:
         return (

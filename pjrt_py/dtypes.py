@@ -5,6 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from . import _core
 from ._ffi import lib
 
 # Every dtype pjrt_py moves between host and device. Sub-byte types (int4,
@@ -34,6 +35,8 @@ _PAIRS: list[tuple[np.dtype[np.generic], int]] = [
     (np.dtype(ml_dtypes.float8_e3m4), lib.PJRT_Buffer_Type_F8E3M4),
     (np.dtype(ml_dtypes.float8_e8m0fnu), lib.PJRT_Buffer_Type_F8E8M0FNU),
 ]
+
+_core.set_dtypes(_PAIRS)  # the native core's copy of this table
 
 TO_PJRT: dict[np.dtype[np.generic], int] = dict(_PAIRS)
 FROM_PJRT: dict[int, np.dtype[np.generic]] = {code: dt for dt, code in _PAIRS}

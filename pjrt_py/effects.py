@@ -29,72 +29,59 @@ from __future__ import annotations
 
 import re
 import threading
-import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ._ffi import lib
+from . import _core
+from .buffer import Buffer
 from .program import _MAIN, _split_top_level
 
 if TYPE_CHECKING:
-    from .buffer import Buffer
-    from .client import Client
     from .device import Device
+    from .promise import BufferPromise
+
+    class _Client(Protocol):  # what the tokens need of a Client
+        _tokens: threading.local
+
+        def buffer_async(self, value: Any, device: Device | None = None) -> BufferPromise: ...
+        def _running(self) -> int: ...
+
 
 TOKEN_TYPE = "tensor<0xi1>"
 TOKEN_NAME = "%pjrt_py_token"
 BODY_NAME = "@pjrt_py_body"
 
-# Every client, for the barrier. Weak: a client that is gone has nothing
-# left running (its destruction joined the plugin's threads).
-_clients: weakref.WeakSet[Client] = weakref.WeakSet()
-
-
-def register(client: Client) -> None:
-    _clients.add(client)
-
 
 def effects_barrier() -> None:
     """Block until every execution dispatched so far, on every device, completed.
 
-    Covers executions from every thread and every open client, ordered or
-    not, with or without outputs. Executions dispatched while the barrier
-    waits (by other threads) do not extend the wait. The barrier does not
-    raise the errors of the work it waits for: each execution reports its
-    own at ``value()``.
+    Covers executions from every thread and every client of this process
+    that something still refers to (closed or not), ordered or not, with or
+    without outputs. Executions dispatched while the barrier waits (by other
+    threads) do not extend the wait. The barrier does not raise the errors of
+    the work it waits for: each execution reports its own at ``value()``.
+    It waits with the GIL released, and Ctrl-C interrupts it
+    (``KeyboardInterrupt``; the work goes on).
     """
-    for client in list(_clients):
-        if not client._closed and lib.pjrt_py_client_barrier(client._h) != 0:
-            raise MemoryError("effects_barrier: out of memory")
+    _core.effects_barrier()
 
 
-def running(client: Client) -> int:
+def running(client: _Client) -> int:
     """Executions of ``client`` dispatched and not yet completed."""
-    return int(lib.pjrt_py_client_running(client._h))
+    return int(client._running())
 
 
-class _Tokens(threading.local):
-    """One thread's runtime tokens: per client, the last ordered execution's."""
-
-    def __init__(self) -> None:
-        self.by_client: weakref.WeakKeyDictionary[Client, tuple[Buffer, Device]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-
-_tokens = _Tokens()
-
-
-def token_for(client: Client, device: Device) -> Buffer:
+def token_for(client: _Client, device: Device) -> Buffer:
     """The calling thread's runtime token, on ``device``, for the next ordered execution.
 
     The first ordered execution of a thread gets a fresh (ready) token. The
     token of another device is copied here: the copy waits on the device side
-    for the execution that produced it.
+    for the execution that produced it. Each client keeps its threads' tokens
+    (``client._tokens``, a ``threading.local``).
     """
-    held = _tokens.by_client.get(client)
-    if held is not None and held[0]._ptr is not None:
+    held: tuple[Buffer, Device] | None = getattr(client._tokens, "last", None)
+    if held is not None and not held[0].is_deleted:
         token, where = held
         if where is device:
             return token
@@ -102,8 +89,8 @@ def token_for(client: Client, device: Device) -> Buffer:
     return client.buffer_async(np.zeros(0, np.bool_), device).buffer()
 
 
-def set_token(client: Client, token: Buffer, device: Device) -> None:
-    _tokens.by_client[client] = (token, device)
+def set_token(client: _Client, token: Buffer, device: Device) -> None:
+    client._tokens.last = (token, device)
 
 
 def with_runtime_token(program: str) -> str:

@@ -4,13 +4,12 @@
 one subclass per PJRT error code, each carrying ``.code`` (the numeric PJRT
 code) and the plugin's message. Argument errors found in Python before any
 PJRT call are plain ``TypeError`` / ``ValueError``.
+
+This module imports nothing of pjrt_py's: it is the bottom layer, and the
+native core (``pjrt_py._core``) makes its exceptions from :data:`BY_CODE`.
 """
 
 from __future__ import annotations
-
-from typing import Any
-
-from ._ffi import ffi, lib
 
 
 class PjrtError(RuntimeError):
@@ -111,7 +110,8 @@ class SerializationError(ValueError):
     damaged, or were made by a different plugin build than this client's."""
 
 
-_BY_CODE: dict[int, type[PjrtError]] = {
+# PJRT error code -> exception class (read by the native core).
+BY_CODE: dict[int, type[PjrtError]] = {
     cls.code: cls
     for cls in (
         CancelledError,
@@ -132,21 +132,3 @@ _BY_CODE: dict[int, type[PjrtError]] = {
         UnauthenticatedError,
     )
 }
-
-
-def error_from_pjrt(api: Any, error: Any) -> PjrtError:
-    """Turn a non-NULL ``PJRT_Error*`` into an exception and destroy it."""
-    try:
-        code = lib.pjrt_py_error_code(api, error)
-        size = ffi.new("size_t*")
-        message = ffi.unpack(lib.pjrt_py_error_message(api, error, size), size[0])
-        text = message.decode("utf-8", "replace")
-    finally:
-        lib.pjrt_py_error_destroy(api, error)
-    return _BY_CODE.get(code, PjrtError)(text, code)
-
-
-def check(api: Any, error: Any) -> None:
-    """Raise for a non-NULL ``PJRT_Error*`` (destroying it); NULL is success."""
-    if error:
-        raise error_from_pjrt(api, error)

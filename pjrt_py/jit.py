@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from .buffer import Buffer
+from .client import default_client
 from .executable import Executable
 from .program import ArgSpec
 from .promise import BufferPromise
@@ -161,8 +162,6 @@ class Jitted:
     @property
     def client(self) -> Client:
         if self._client is None:
-            from . import default_client
-
             self._client = default_client()
         return self._client
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import _core
 from ._ffi import ffi, lib
-from .errors import PluginLoadError, UnsupportedError, check
+from .errors import PluginLoadError, UnsupportedError
 
 # Which installed wheels provide which platform, in the order they are tried:
 # (package that holds the plugin, glob for the .so inside it).
@@ -113,20 +114,17 @@ class Plugin:
     """
 
     def __init__(self, path: str) -> None:
-        err = ffi.new("char[]", 4096)
-        api = lib.pjrt_py_load_plugin(path.encode(), err, len(err))
-        if api == ffi.NULL:
-            raise PluginLoadError(f"cannot load PJRT plugin {path}: {ffi.string(err).decode()}")
+        self.address: int = _core.load_plugin(path)  # PluginLoadError if it is not one
         self.path = path
-        self.api = api
-        version = api.pjrt_api_version
+        self.api = ffi.cast("const PJRT_Api*", self.address)
+        version = self.api.pjrt_api_version
         self.api_version: tuple[int, int] = (version.major_version, version.minor_version)
         if self.api_version[0] != lib.PJRT_API_MAJOR:
             raise PluginLoadError(
                 f"{path} implements PJRT C API {self.version_text}, but pjrt_py was built "
                 f"for major version {lib.PJRT_API_MAJOR}: the ABIs are incompatible"
             )
-        size = api.struct_size
+        size = self.api.struct_size
         self._supported = frozenset(n for n, end in _SLOT_END.items() if end <= size)
         self.invoke("PJRT_Plugin_Initialize")
         self._attributes: dict[str, Any] | None = None
@@ -155,7 +153,9 @@ class Plugin:
     def call(self, function: str, args: Any) -> None:
         """The call boundary: check the slot, call, raise and free any error."""
         self.require(function)
-        check(self.api, getattr(self.api, function)(args))
+        error = getattr(self.api, function)(args)
+        if error:
+            raise _core.error_from_pjrt(self.address, address(error))
 
     def invoke(self, function: str, **fields: Any) -> Any:
         """Build ``<function>_Args`` (zeroed, ``struct_size`` from the header),
@@ -181,6 +181,11 @@ class Plugin:
 
     def __repr__(self) -> str:
         return f"<Plugin {self.path} PJRT {self.version_text}>"
+
+
+def address(pointer: Any) -> int:
+    """A cffi pointer as the integer the native core takes."""
+    return int(ffi.cast("uintptr_t", pointer))
 
 
 def named_values(values: Any, count: int) -> dict[str, Any]:

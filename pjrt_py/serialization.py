@@ -20,14 +20,30 @@ import hashlib
 import json
 import os
 import struct
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .dtypes import SUPPORTED
 from .errors import SerializationError
 from .program import ArgSpec
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .device import Device
+    from .plugin import Plugin
+
+
+class Identified(Protocol):
+    """What identifies a client's plugin build and devices (a Client has it)."""
+
+    @property
+    def plugin(self) -> Plugin: ...
+    @property
+    def platform_name(self) -> str: ...
+    @property
+    def platform_version(self) -> str: ...
+    @property
+    def addressable_devices(self) -> Sequence[Device]: ...
+
 
 MAGIC = b"PJRTPYEX"
 FORMAT = 1
@@ -35,7 +51,7 @@ _PREFIX = struct.Struct("<8sII")
 _DTYPES = {str(d): d for d in SUPPORTED}
 
 
-def plugin_identity(client: Client) -> dict[str, Any]:
+def plugin_identity(client: Identified) -> dict[str, Any]:
     """What must match for a serialized executable to load into ``client``.
 
     The PJRT API version, platform name and version, the plugin's attributes
@@ -135,7 +151,7 @@ def identity_mismatch(made_by: dict[str, Any], here: dict[str, Any]) -> str | No
     )
 
 
-def disk_identity(client: Client) -> bytes:
+def disk_identity(client: Identified) -> bytes:
     """:func:`plugin_identity` plus where the library is and when it was
     written, so reinstalling a plugin also starts a fresh disk cache."""
     st = os.stat(client.plugin.path)

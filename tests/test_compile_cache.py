@@ -40,7 +40,7 @@ def test_same_program_and_options_is_a_lookup() -> None:
         again = client.compile(ADD_F32_8)
     assert client.compile_cache.hits == 100 and client.compile_cache.misses == 1
     assert len(client.compile_cache) == 1
-    assert again._owner is first._owner  # one compiled program, shared
+    assert again._program is first._program  # one compiled program, shared
 
 
 def test_different_options_or_program_compile_again() -> None:
@@ -50,7 +50,7 @@ def test_different_options_or_program_compile_again() -> None:
     b = client.compile(ADD_F32_8, compile_options=portable)
     c = client.compile(scaled(2))
     assert client.compile_cache.misses == 3
-    assert len({id(e._owner) for e in (a, b, c)}) == 3
+    assert len({id(e._program) for e in (a, b, c)}) == 3
 
 
 def test_deleting_a_cached_executable_leaves_the_others_working() -> None:
@@ -63,14 +63,14 @@ def test_deleting_a_cached_executable_leaves_the_others_working() -> None:
     out = b.execute(np.ones(8, np.float32), np.ones(8, np.float32)).to_numpy()
     np.testing.assert_array_equal(out, np.full(8, 2, np.float32))
     c = client.compile(ADD_F32_8)  # still cached: no compile
-    assert client.compile_cache.misses == 1 and c._owner is b._owner
+    assert client.compile_cache.misses == 1 and c._program is b._program
 
 
 def test_cache_false_compiles_anew() -> None:
     client = pjrt_py.Client()
     a = client.compile(ADD_F32_8)
     b = client.compile(ADD_F32_8, cache=False)
-    assert a._owner is not b._owner
+    assert a._program is not b._program
     assert client.compile_cache.hits == 0 and len(client.compile_cache) == 1
 
 

@@ -10,12 +10,12 @@ import pytest
 from conftest import ADD_F32_8, matmul_chain, run_python
 
 import pjrt_py
-from pjrt_py._ffi import lib
+from pjrt_py import _core
 
 
 def live_children(client: pjrt_py.Client) -> int:
-    """Buffers and executables alive in C (the client's own reference excluded)."""
-    return int(lib.pjrt_py_client_refs(client._h)) - (0 if client.closed else 1)
+    """Buffers, executables and promises alive in C (the client's own reference excluded)."""
+    return client._refs() - 1
 
 
 def test_dropped_buffers_and_promises_release_their_handles() -> None:
@@ -33,14 +33,17 @@ def test_dropped_buffers_and_promises_release_their_handles() -> None:
 
 
 def test_closing_a_client_frees_it_after_its_last_child() -> None:
+    gc.collect()
+    before = _core.live_clients()
     client = pjrt_py.Client()
     buf = client.buffer(np.ones(3))
-    h = client._h
     client.close()
-    assert lib.pjrt_py_client_refs(h) == 1  # only the buffer holds it now
+    assert _core.live_clients() == before + 1  # the buffer still holds it
+    with pytest.raises(ValueError, match="closed"):
+        buf.to_numpy()
     del buf
     gc.collect()
-    # the PJRT client is destroyed: nothing of ours may touch h again
+    assert _core.live_clients() == before  # the PJRT client is destroyed
 
 
 def test_finalizers_in_a_garbage_cycle_are_safe() -> None:

@@ -174,20 +174,13 @@ def test_a_failing_callback_does_not_break_others(heavy, caplog) -> None:  # typ
 def test_error_of_async_work_raises_at_value(client: pjrt_py.Client) -> None:
     from test_execute import DONATING
 
-    from pjrt_py._ffi import ffi, lib
-    from pjrt_py.buffer import wrap
-
     exe = client.compile(DONATING)
     a = client.buffer(np.ones(8, np.float32))
-    # Run through the C helper alone, so pjrt_py does not retire the donated
-    # argument: `a` then holds a handle PJRT has invalidated, and the error
-    # comes from PJRT's own readiness event, as an error of async work does.
-    outs = ffi.new("PJRT_Buffer*[1]")
-    error = lib.pjrt_py_execute_n(
-        client._h, exe._ptr, 1, [a._ptr], 1, outs, 1, ffi.NULL, ffi.NULL, 0
-    )
-    assert error == ffi.NULL
-    wrap(client, outs[0]).delete()
+    # Run through the native primitive alone, so pjrt_py does not retire the
+    # donated argument: `a` then holds a handle PJRT has invalidated, and the
+    # error comes from PJRT's own readiness event, as an error of async work does.
+    (out,) = exe._run([[a]], [])
+    out.value().delete()
     promise = pjrt_py.BufferPromise((a,))
     assert promise.is_ready()  # readiness includes failure
     with pytest.raises(pjrt_py.InvalidArgumentError) as info:
@@ -216,7 +209,7 @@ def test_module_level_api_mirrors_the_r_package() -> None:
 
 
 def test_spin_before_blocking_is_configurable_and_validated() -> None:
-    code = "import pjrt_py; from pjrt_py._ffi import lib; print(lib.pjrt_py_spin_ns())"
+    code = "import pjrt_py; from pjrt_py import _core; print(_core.spin_ns())"
     run = [sys.executable, "-c", code]
     default = subprocess.run(run, capture_output=True, text=True, env=_env(None))
     assert default.returncode == 0, default.stderr
@@ -238,15 +231,15 @@ def _env(spin: str | None) -> dict[str, str]:
 
 
 def test_waits_without_spinning_still_complete(heavy) -> None:  # type: ignore[no-untyped-def]
-    from pjrt_py._ffi import lib
+    from pjrt_py import _core
 
     exe, x = heavy
-    before = lib.pjrt_py_spin_ns()
-    lib.pjrt_py_set_spin_ns(0)
+    before = _core.spin_ns()
+    _core.set_spin_ns(0)
     try:
         out = exe.execute_async(x).to_numpy_async()
         np.testing.assert_allclose(out.value(), expected_heavy(), rtol=1e-4, atol=1e-6)
         again = exe.execute_async(x).to_numpy_async()
         np.testing.assert_allclose(again.value(timeout=60), expected_heavy(), rtol=1e-4, atol=1e-6)
     finally:
-        lib.pjrt_py_set_spin_ns(before)
+        _core.set_spin_ns(before)

@@ -1,0 +1,92 @@
+/* The reference-counted PJRT client.
+ *
+ * References are taken and dropped with the GIL held (the reaper and exit
+ * sequence, which run without it, only read them under the registry lock),
+ * so a count read with the GIL held is stable. The last owner destroys the
+ * PJRT client with the GIL released: the plugin joins its threads, and one of
+ * them may be waiting for the GIL to run a promise callback. If executions are
+ * still running then, destroying would wait for them, perhaps forever: the
+ * client goes to the reaper instead (state.c).
+ */
+#include <stdlib.h>
+
+static pjrt_py_client* client_new(const PJRT_Api* api, PJRT_Client* client, int cpu) {
+  pjrt_py_client* c = (pjrt_py_client*)calloc(1, sizeof(*c));
+  pjrt_py_epoch* e = (pjrt_py_epoch*)calloc(1, sizeof(*e));
+  if (c == NULL || e == NULL) {
+    free(c);
+    free(e);
+    return NULL;
+  }
+  c->api = api;
+  c->client = client;
+  c->refs = 1;
+  c->cpu = cpu;
+  c->generation = g_generation;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  c->oldest = c->newest = e;
+  registry_add(c);
+  return c;
+}
+
+static void client_destroy_pjrt(pjrt_py_client* c) {
+  PJRT_Client* client = __atomic_exchange_n(&c->client, NULL, __ATOMIC_ACQ_REL);
+  if (client == NULL) return;
+  PJRT_Client_Destroy_Args args = {0};
+  args.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE;
+  args.client = client;
+  error_destroy(c->api, c->api->PJRT_Client_Destroy(&args));
+}
+
+/* Frees the struct, unless an execution is still counted (its callback would
+ * touch the epochs): then it is leaked. Not in the registry any more. */
+static void client_free(pjrt_py_client* c) {
+  if (completion_running(c) != 0) return;
+  while (c->oldest != NULL) {
+    pjrt_py_epoch* e = c->oldest;
+    c->oldest = e->next;
+    free(e);
+  }
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c);
+}
+
+static void client_ref(pjrt_py_client* c) { __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); }
+
+static void client_unref(pjrt_py_client* c) {
+  if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  /* Inherited from a parent process: its threads are gone; leave it. At exit:
+   * exit_sequence() decides (it is still in the registry). */
+  if (c->generation != g_generation || phase() != PHASE_RUNNING) return;
+  if (__atomic_load_n(&c->zombie, __ATOMIC_ACQUIRE)) { /* an effects_barrier() let go */
+    reaper_adopt(c);
+    return;
+  }
+  if (completion_running(c) != 0) {
+    reaper_adopt(c);
+    return;
+  }
+  pthread_mutex_lock(&g_registry_mu);
+  registry_remove_locked(c);
+  pthread_mutex_unlock(&g_registry_mu);
+  Py_BEGIN_ALLOW_THREADS
+  client_destroy_pjrt(c);
+  Py_END_ALLOW_THREADS
+  client_free(c);
+}
+
+/* Start a PJRT call on `c` that runs without the GIL: checks that the client
+ * may take new work, and holds it until client_leave(). */
+static int client_enter(pjrt_py_client* c, const char* what) {
+  if (state_check_usable(c, what) < 0) return -1;
+  client_ref(c);
+  __atomic_add_fetch(&c->calls, 1, __ATOMIC_ACQ_REL);
+  return 0;
+}
+
+static void client_leave(pjrt_py_client* c) {
+  __atomic_sub_fetch(&c->calls, 1, __ATOMIC_ACQ_REL);
+  client_unref(c);
+}

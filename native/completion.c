@@ -1,0 +1,160 @@
+/* Completion tracking, for effects_barrier() and for ending clients.
+ *
+ * Every execution's completion event comes here. One already ready (the CPU
+ * plugin runs cheap programs inline at dispatch) is dropped at once, so the
+ * common small call pays one readiness check. Otherwise it counts as running
+ * in the client's newest epoch until its OnReady callback arrives.
+ *
+ * A barrier closes the newest epoch (opening a fresh one for later
+ * dispatches) and waits until no epoch up to the closed one has executions
+ * running: work dispatched after it started, from any thread, never extends
+ * its wait. Epochs are a list, oldest first; one is freed once it is both
+ * closed and empty.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+typedef struct {
+  pjrt_py_client* c;
+  pjrt_py_epoch* epoch;
+} running_record;
+
+static void reaper_poke(pjrt_py_client* c); /* state.c */
+
+/* Frees the empty closed epochs at the head. Caller holds c->mu. */
+static void epochs_trim(pjrt_py_client* c) {
+  while (c->oldest != c->newest && c->oldest->running == 0) {
+    pjrt_py_epoch* e = c->oldest;
+    c->oldest = e->next;
+    free(e);
+  }
+}
+
+static long completion_running_locked(pjrt_py_client* c) {
+  long n = 0;
+  for (pjrt_py_epoch* e = c->oldest; e != NULL; e = e->next) n += e->running;
+  return n;
+}
+
+static long completion_running(pjrt_py_client* c) {
+  pthread_mutex_lock(&c->mu);
+  long n = completion_running_locked(c);
+  pthread_mutex_unlock(&c->mu);
+  return n;
+}
+
+/* One counted execution completed (or will never be reported). */
+static void completion_done(running_record* r) {
+  pjrt_py_client* c = r->c;
+  pthread_mutex_lock(&c->mu);
+  r->epoch->running--;
+  epochs_trim(c);
+  long left = completion_running_locked(c);
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+  free(r);
+  if (left == 0) reaper_poke(c);
+}
+
+static void completion_fired(PJRT_Error* error, void* user_arg) {
+  running_record* r = (running_record*)user_arg;
+  error_destroy(r->c->api, error); /* the outcome belongs to the execution's outputs */
+  completion_done(r);
+}
+
+/* Counts one execution until `event` is ready. Does not take the event (the
+ * caller destroys it when it likes; PJRT keeps the callback registered).
+ * Needs no GIL. */
+static void completion_track(pjrt_py_client* c, PJRT_Event* event) {
+  if (event_is_ready(c->api, event)) return;
+  running_record* r = (running_record*)malloc(sizeof(*r));
+  if (r == NULL) return; /* the barrier cannot see this one; nothing worse */
+  r->c = c;
+  pthread_mutex_lock(&c->mu);
+  r->epoch = c->newest;
+  r->epoch->running++;
+  pthread_mutex_unlock(&c->mu);
+  PJRT_Error* error = event_on_ready(c->api, event, completion_fired, r);
+  if (error != NULL) { /* no callback will come */
+    error_destroy(c->api, error);
+    completion_done(r);
+  }
+}
+
+/* Closes c's newest epoch; returns its id (-1: out of memory). */
+static long barrier_close_epoch(pjrt_py_client* c) {
+  pjrt_py_epoch* fresh = (pjrt_py_epoch*)calloc(1, sizeof(*fresh));
+  if (fresh == NULL) return -1;
+  pthread_mutex_lock(&c->mu);
+  long closed = c->newest->id;
+  fresh->id = closed + 1;
+  c->newest->next = fresh;
+  c->newest = fresh;
+  epochs_trim(c);
+  pthread_mutex_unlock(&c->mu);
+  return closed;
+}
+
+/* Waits up to one slice for epochs up to `closed` to empty. Needs no GIL.
+ * 1: they have. */
+static int barrier_wait_slice(pjrt_py_client* c, long closed) {
+  struct timespec until;
+  deadline_in(&until, PJRT_PY_SLICE_NS);
+  pthread_mutex_lock(&c->mu);
+  while (c->oldest->id <= closed) {
+    if (pthread_cond_timedwait(&c->cv, &c->mu, &until) == ETIMEDOUT) break;
+  }
+  int done = c->oldest->id > closed;
+  pthread_mutex_unlock(&c->mu);
+  return done;
+}
+
+/* effects_barrier(): waits for every execution dispatched so far on every
+ * client of this process that still has an owner. Interruptible. */
+static PyObject* core_effects_barrier(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  /* Take a reference on each client, under the registry lock, so that a
+   * concurrent close() or the reaper cannot free one while this waits. */
+  size_t n = 0, cap = 8;
+  pjrt_py_client** clients = (pjrt_py_client**)malloc(cap * sizeof(*clients));
+  if (clients == NULL) return PyErr_NoMemory();
+  pthread_mutex_lock(&g_registry_mu);
+  for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
+    if (c->client == NULL) continue;
+    if (n == cap) {
+      pjrt_py_client** more = (pjrt_py_client**)realloc(clients, 2 * cap * sizeof(*clients));
+      if (more == NULL) break; /* wait for those collected so far */
+      clients = more;
+      cap *= 2;
+    }
+    client_ref(c);
+    clients[n++] = c;
+  }
+  pthread_mutex_unlock(&g_registry_mu);
+
+  int failed = 0;
+  for (size_t i = 0; i < n && !failed; ++i) {
+    long closed = barrier_close_epoch(clients[i]);
+    if (closed < 0) {
+      PyErr_NoMemory();
+      failed = 1;
+      break;
+    }
+    for (;;) {
+      int done;
+      Py_BEGIN_ALLOW_THREADS
+      done = barrier_wait_slice(clients[i], closed);
+      Py_END_ALLOW_THREADS
+      if (done) break;
+      if (PyErr_CheckSignals() < 0) {
+        failed = 1;
+        break;
+      }
+    }
+  }
+  for (size_t i = 0; i < n; ++i) client_unref(clients[i]);
+  free(clients);
+  if (failed) return NULL;
+  Py_RETURN_NONE;
+}

@@ -1,0 +1,129 @@
+/* pjrt_py._core: the native core of pjrt_py, one translation unit.
+ *
+ * Built by the same `pip install` as the cffi module (setup.py), against the
+ * same pjrt_c_api.h. See core.h for who owns what. The cffi module compiles
+ * no C of ours: every helper and every piece of process state lives here,
+ * once.
+ */
+#include "core.h"
+
+#include <structmember.h>
+
+#include "errors.c"
+#include "events.c"
+#include "state.c"
+#include "completion.c"
+#include "client_ref.c"
+#include "host.c"
+#include "buffer.c"
+#include "promise.c"
+#include "executable.c"
+#include "client.c"
+
+static PyObject* hook_await = NULL;
+static PyObject* hook_callback_error = NULL;
+
+/* set_hooks(await_, callback_error, unpickle): Python functions the types
+ * call for what is better said in Python (see pjrt_py.promise / .buffer). */
+static PyObject* core_set_hooks(PyObject* self, PyObject* args, PyObject* kwargs) {
+  (void)self;
+  static char* names[] = {"await_", "callback_error", "unpickle", NULL};
+  PyObject *await_ = NULL, *callback_error = NULL, *unpickle = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOO:set_hooks", names, &await_,
+                                   &callback_error, &unpickle))
+    return NULL;
+  if (await_ != NULL) {
+    Py_INCREF(await_);
+    PJRT_PY_SETREF(hook_await, await_);
+  }
+  if (callback_error != NULL) {
+    Py_INCREF(callback_error);
+    PJRT_PY_SETREF(hook_callback_error, callback_error);
+  }
+  if (unpickle != NULL) {
+    Py_INCREF(unpickle);
+    PJRT_PY_SETREF(hook_unpickle, unpickle);
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject* core_generation(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  return PyLong_FromUnsignedLong(g_generation);
+}
+
+/* live_clients() -> PJRT clients of this process not yet destroyed (tests). */
+static PyObject* core_live_clients(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  long n = 0;
+  pthread_mutex_lock(&g_registry_mu);
+  for (pjrt_py_client* c = g_clients; c != NULL; c = c->next)
+    if (c->client != NULL) n++;
+  pthread_mutex_unlock(&g_registry_mu);
+  return PyLong_FromLong(n);
+}
+
+static PyMethodDef core_functions[] = {
+    {"load_plugin", core_load_plugin, METH_O, "load_plugin(path) -> PJRT_Api address"},
+    {"error_from_pjrt", (PyCFunction)(void (*)(void))core_error_from_pjrt, METH_FASTCALL,
+     "error_from_pjrt(api, error) -> PjrtError; destroys the PJRT_Error"},
+    {"set_spin_ns", core_set_spin_ns, METH_O, "How long waits poll before blocking (ns)."},
+    {"spin_ns", core_spin_ns, METH_NOARGS, NULL},
+    {"set_dtypes", core_set_dtypes, METH_O, NULL},
+    {"intern_meta", core_intern_meta, METH_O, "The shared (shape, dtype) equal to this one."},
+    {"pending_holds", core_pending_holds, METH_NOARGS,
+     "Host-memory holds still waiting for PJRT."},
+    {"effects_barrier", core_effects_barrier, METH_NOARGS, NULL},
+    {"exit_sequence", core_exit_sequence, METH_O, NULL},
+    {"after_fork_in_child", core_after_fork_in_child, METH_NOARGS, NULL},
+    {"set_hooks", (PyCFunction)(void (*)(void))core_set_hooks, METH_VARARGS | METH_KEYWORDS,
+     NULL},
+    {"generation", core_generation, METH_NOARGS, NULL},
+    {"live_clients", core_live_clients, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT, "pjrt_py._core",
+    "The native core of pjrt_py: buffers, promises, dispatch and lifetimes.", -1,
+    core_functions,
+};
+
+static PyTypeObject* make_type(PyObject* module, PyType_Spec* spec, PyTypeObject* base,
+                               const char* name) {
+  PyObject* bases = base ? PyTuple_Pack(1, (PyObject*)base) : NULL;
+  if (base != NULL && bases == NULL) return NULL;
+  PyObject* type = PyType_FromModuleAndSpec(module, spec, bases);
+  Py_XDECREF(bases);
+  if (type == NULL) return NULL;
+  if (PyModule_AddObjectRef(module, name, type) < 0) {
+    Py_DECREF(type);
+    return NULL;
+  }
+  return (PyTypeObject*)type; /* the module and this pointer each hold one */
+}
+
+PyMODINIT_FUNC PyInit__core(void) {
+  import_array();
+  PyObject* module = PyModule_Create(&core_module);
+  if (module == NULL) return NULL;
+  g_metas = PyDict_New();
+  if (g_metas == NULL || errors_init() < 0) goto fail;
+  if (!(BufferType = make_type(module, &buffer_spec, NULL, "Buffer"))) goto fail;
+  if (!(PromiseType = make_type(module, &promise_spec, NULL, "Promise"))) goto fail;
+  if (!(BufferPromiseType =
+            make_type(module, &buffer_promise_spec, PromiseType, "BufferPromise")))
+    goto fail;
+  if (!(ArrayPromiseType = make_type(module, &array_promise_spec, PromiseType, "ArrayPromise")))
+    goto fail;
+  if (!(LoadedType = make_type(module, &loaded_spec, NULL, "Loaded"))) goto fail;
+  if (!(ExecutableCoreType = make_type(module, &executable_spec, NULL, "ExecutableCore")))
+    goto fail;
+  if (!(ClientCoreType = make_type(module, &client_core_spec, NULL, "ClientCore"))) goto fail;
+  return module;
+fail:
+  Py_DECREF(module);
+  return NULL;
+}

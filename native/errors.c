@@ -1,0 +1,135 @@
+/* PJRT errors -> Python exceptions, and plugin loading.
+ *
+ * The exception classes are pjrt_py.errors' (a pure Python module this one
+ * imports at load): one per PJRT error code, each with .code and .message.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+
+static PyObject* g_errors_by_code; /* dict: code -> class */
+static PyObject* g_pjrt_error;     /* PjrtError */
+static PyObject* g_plugin_load_error;
+
+static int errors_init(void) {
+  PyObject* module = PyImport_ImportModule("pjrt_py.errors");
+  if (module == NULL) return -1;
+  g_errors_by_code = PyObject_GetAttrString(module, "BY_CODE");
+  g_pjrt_error = PyObject_GetAttrString(module, "PjrtError");
+  g_plugin_load_error = PyObject_GetAttrString(module, "PluginLoadError");
+  Py_DECREF(module);
+  return (g_errors_by_code && g_pjrt_error && g_plugin_load_error) ? 0 : -1;
+}
+
+/* The name of o's type, as a str (tp_name is not in the limited API). */
+static PyObject* type_name(PyObject* o) {
+  PyObject* name = PyObject_GetAttrString((PyObject*)Py_TYPE(o), "__name__");
+  if (name == NULL) {
+    PyErr_Clear();
+    name = PyUnicode_FromString("?");
+  }
+  return name;
+}
+
+static void error_destroy(const PJRT_Api* api, PJRT_Error* error) {
+  if (error == NULL) return;
+  PJRT_Error_Destroy_Args args = {0};
+  args.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+  args.error = error;
+  api->PJRT_Error_Destroy(&args);
+}
+
+/* A new exception for `error` (which is destroyed); NULL if that failed. */
+static PyObject* error_from_pjrt(const PJRT_Api* api, PJRT_Error* error) {
+  PJRT_Error_GetCode_Args code_args = {0};
+  code_args.struct_size = PJRT_Error_GetCode_Args_STRUCT_SIZE;
+  code_args.error = error;
+  int code = PJRT_Error_Code_UNKNOWN;
+  PJRT_Error* inner = api->PJRT_Error_GetCode(&code_args);
+  if (inner == NULL) {
+    code = (int)code_args.code;
+  } else {
+    error_destroy(api, inner);
+  }
+  PJRT_Error_Message_Args message_args = {0};
+  message_args.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE;
+  message_args.error = error;
+  api->PJRT_Error_Message(&message_args);
+  PyObject* message = PyUnicode_DecodeUTF8(message_args.message,
+                                           (Py_ssize_t)message_args.message_size, "replace");
+  error_destroy(api, error);
+  if (message == NULL) return NULL;
+  PyObject* key = PyLong_FromLong(code);
+  PyObject* cls = key ? PyDict_GetItemWithError(g_errors_by_code, key) : NULL; /* borrowed */
+  if (cls == NULL && !PyErr_Occurred()) cls = g_pjrt_error;
+  PyObject* exc = cls ? PyObject_CallFunction(cls, "Ol", message, (long)code) : NULL;
+  Py_XDECREF(key);
+  Py_DECREF(message);
+  return exc;
+}
+
+/* Raises the exception for `error`; returns NULL for `return raise_pjrt(...)`. */
+static PyObject* raise_pjrt(const PJRT_Api* api, PJRT_Error* error) {
+  PyObject* exc = error_from_pjrt(api, error);
+  if (exc != NULL) {
+    PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
+    Py_DECREF(exc);
+  }
+  return NULL;
+}
+
+static const PJRT_Api* address_of_api(PyObject* address) {
+  void* p = PyLong_AsVoidPtr(address);
+  if (p == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL PJRT_Api");
+  return (const PJRT_Api*)p;
+}
+
+/* error_from_pjrt(api, error) -> exception, for PJRT errors met by the cffi
+ * layer (addresses as ints). */
+static PyObject* core_error_from_pjrt(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  (void)self;
+  if (n != 2) {
+    PyErr_SetString(PyExc_TypeError, "error_from_pjrt(api, error)");
+    return NULL;
+  }
+  const PJRT_Api* api = address_of_api(args[0]);
+  if (api == NULL) return NULL;
+  PJRT_Error* error = (PJRT_Error*)PyLong_AsVoidPtr(args[1]);
+  if (error == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL PJRT_Error");
+    return NULL;
+  }
+  return error_from_pjrt(api, error);
+}
+
+/* load_plugin(path) -> PJRT_Api address. dlopen'd once and never closed:
+ * RTLD_LOCAL, because plugins bundle their own LLVM, protobuf, ...; they must
+ * not resolve against each other or against jaxlib. */
+static PyObject* core_load_plugin(PyObject* self, PyObject* arg) {
+  (void)self;
+  PyObject* encoded = PyUnicode_EncodeFSDefault(arg);
+  if (encoded == NULL) return NULL;
+  const char* path = PyBytes_AsString(encoded);
+  char message[4096] = "";
+  const PJRT_Api* api = NULL;
+  if (path != NULL) {
+    void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL) {
+      snprintf(message, sizeof(message), "%s", dlerror());
+    } else {
+      typedef const PJRT_Api* (*get_api_fn)(void);
+      get_api_fn get_api = (get_api_fn)dlsym(handle, "GetPjrtApi");
+      if (get_api == NULL) {
+        snprintf(message, sizeof(message), "%s has no GetPjrtApi symbol: not a PJRT plugin", path);
+      } else if ((api = get_api()) == NULL) {
+        snprintf(message, sizeof(message), "GetPjrtApi in %s returned NULL", path);
+      }
+    }
+  }
+  Py_DECREF(encoded);
+  if (path == NULL) return NULL;
+  if (api == NULL) {
+    PyErr_Format(g_plugin_load_error, "cannot load PJRT plugin %S: %s", arg, message);
+    return NULL;
+  }
+  return PyLong_FromVoidPtr((void*)api);
+}

@@ -1,0 +1,482 @@
+/* Executables: Loaded owns a PJRT_LoadedExecutable; ExecutableCore is the
+ * base of pjrt_py.Executable and holds its dispatch fast path.
+ *
+ * The fast path runs a call from its arguments to the returned promise in C:
+ * every argument a live Buffer (or a one-buffer BufferPromise) of this client
+ * whose interned (shape, dtype) is the one compiled for, no keywords, a
+ * one-device program that donates nothing. Anything else goes to the Python
+ * method _execute_async_slow, which checks, transfers and explains.
+ *
+ * During the call the arguments are pinned and the Loaded object held, so a
+ * delete() from another thread cannot free what PJRT is reading; the GIL is
+ * released around PJRT_LoadedExecutable_Execute.
+ */
+
+static PyTypeObject* LoadedType;
+static PyTypeObject* ExecutableCoreType;
+
+/* ---- Loaded ------------------------------------------------------------------ */
+
+/* Loaded(client, address): takes a PJRT_LoadedExecutable of client's. */
+static PyObject* loaded_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject* client;
+  PyObject* address;
+  if (kwargs != NULL || !PyArg_ParseTuple(args, "OO:Loaded", &client, &address)) return NULL;
+  if (!PyObject_TypeCheck(client, ClientCoreType)) {
+    PyErr_SetString(PyExc_TypeError, "Loaded takes a Client");
+    return NULL;
+  }
+  pjrt_py_client* c = ((ClientCoreObject*)client)->c;
+  PJRT_LoadedExecutable* exe = (PJRT_LoadedExecutable*)PyLong_AsVoidPtr(address);
+  if (exe == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL executable");
+    return NULL;
+  }
+  if (c == NULL) {
+    PyErr_SetString(PyExc_ValueError, "the client is not attached");
+    return NULL;
+  }
+  LoadedObject* self = (LoadedObject*)PyType_GenericAlloc(type, 0);
+  if (self == NULL) return NULL; /* the executable leaks: it cannot be freed safely here */
+  self->c = c;
+  client_ref(c);
+  self->exe = exe;
+  PJRT_LoadedExecutable_GetExecutable_Args g = {0};
+  g.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
+  g.loaded_executable = exe;
+  PJRT_Error* error = c->api->PJRT_LoadedExecutable_GetExecutable(&g);
+  if (error != NULL) {
+    Py_DECREF(self);
+    return raise_pjrt(c->api, error);
+  }
+  self->unloaded = g.executable;
+  return (PyObject*)self;
+}
+
+static void loaded_dealloc(LoadedObject* self) {
+  pjrt_py_client* c = self->c;
+  if (c != NULL && state_pjrt_allowed(c)) {
+    const PJRT_Api* api = c->api;
+    if (self->unloaded != NULL) {
+      PJRT_Executable_Destroy_Args args = {0};
+      args.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
+      args.executable = self->unloaded;
+      error_destroy(api, api->PJRT_Executable_Destroy(&args));
+    }
+    PJRT_LoadedExecutable_Destroy_Args args = {0};
+    args.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE;
+    args.executable = self->exe;
+    error_destroy(api, api->PJRT_LoadedExecutable_Destroy(&args));
+  }
+  if (c != NULL) client_unref(c);
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_Free(self);
+  Py_DECREF(type);
+}
+
+/* The addresses the cffi layer queries; valid while this object lives. */
+static PyObject* loaded_get_address(LoadedObject* self, void* unused) {
+  (void)unused;
+  return PyLong_FromVoidPtr(self->exe);
+}
+
+static PyObject* loaded_get_executable(LoadedObject* self, void* unused) {
+  (void)unused;
+  return PyLong_FromVoidPtr(self->unloaded);
+}
+
+static PyGetSetDef loaded_getset[] = {
+    {"address", (getter)loaded_get_address, NULL, "The PJRT_LoadedExecutable*.", NULL},
+    {"executable", (getter)loaded_get_executable, NULL, "Its PJRT_Executable*.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot loaded_slots[] = {
+    {Py_tp_doc, "Owns one compiled program (PJRT_LoadedExecutable); freed with the object."},
+    {Py_tp_new, loaded_new},
+    {Py_tp_dealloc, loaded_dealloc},
+    {Py_tp_getset, loaded_getset},
+    {0, NULL},
+};
+
+static PyType_Spec loaded_spec = {"pjrt_py._core.Loaded", sizeof(LoadedObject), 0,
+                                  Py_TPFLAGS_DEFAULT, loaded_slots};
+
+/* ---- running ------------------------------------------------------------------ */
+
+/* One PJRT execution over n_dev rows of n_args pinned buffers. Returns a list
+ * of n_dev promises, or NULL with an exception. With the GIL; releases it
+ * around Execute. */
+static PyObject* execute_rows(ExecutableCoreObject* self, LoadedObject* loaded,
+                              BufferObject** args, size_t n_dev, size_t n_args,
+                              const int64_t* refused, size_t n_refused) {
+  pjrt_py_client* c = loaded->c;
+  size_t n_out = (size_t)self->num_outputs;
+  PJRT_Buffer* arg_stack[PJRT_PY_STACK_ARGS];
+  PJRT_Buffer* out_stack[PJRT_PY_STACK_ARGS];
+  PJRT_Buffer* const* arg_lists_stack[4];
+  PJRT_Buffer** out_lists_stack[4];
+  PJRT_Event* events_stack[4];
+  size_t total_args = n_dev * n_args, total_outs = n_dev * n_out;
+  bool small = total_args <= PJRT_PY_STACK_ARGS && total_outs <= PJRT_PY_STACK_ARGS && n_dev <= 4;
+  PJRT_Buffer** ptrs = small ? arg_stack : PyMem_Calloc(total_args + 1, sizeof(PJRT_Buffer*));
+  PJRT_Buffer** outs = small ? out_stack : PyMem_Calloc(total_outs + 1, sizeof(PJRT_Buffer*));
+  PJRT_Buffer* const** arg_lists = small ? arg_lists_stack : PyMem_Calloc(n_dev, sizeof(void*));
+  PJRT_Buffer*** out_lists = small ? out_lists_stack : PyMem_Calloc(n_dev, sizeof(void*));
+  PJRT_Event** events = small ? events_stack : PyMem_Calloc(n_dev, sizeof(PJRT_Event*));
+  PyObject* result = NULL;
+  if (!ptrs || !outs || !arg_lists || !out_lists || !events) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (size_t i = 0; i < total_args; ++i) ptrs[i] = args[i]->buf;
+  for (size_t d = 0; d < n_dev; ++d) {
+    arg_lists[d] = ptrs + d * n_args;
+    out_lists[d] = outs + d * n_out;
+    events[d] = NULL;
+  }
+  PJRT_ExecuteOptions options = {0};
+  options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  options.non_donatable_input_indices = refused;
+  options.num_non_donatable_input_indices = n_refused;
+  PJRT_LoadedExecutable_Execute_Args run = {0};
+  run.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
+  run.executable = loaded->exe;
+  run.options = &options;
+  run.argument_lists = arg_lists;
+  run.num_devices = n_dev;
+  run.num_args = n_args;
+  run.output_lists = out_lists;
+  /* Always asked for: effects_barrier() and the exit sequence count them. */
+  run.device_complete_events = events;
+  PJRT_Error* error;
+  Py_BEGIN_ALLOW_THREADS
+  error = c->api->PJRT_LoadedExecutable_Execute(&run);
+  if (error == NULL)
+    for (size_t d = 0; d < n_dev; ++d)
+      if (events[d] != NULL) completion_track(c, events[d]);
+  Py_END_ALLOW_THREADS
+  if (error != NULL) {
+    raise_pjrt(c->api, error);
+    goto done;
+  }
+  result = PyList_New((Py_ssize_t)n_dev);
+  for (size_t d = 0; d < n_dev; ++d) {
+    PyObject* promise = NULL;
+    if (result != NULL && n_out == 0) {
+      promise = promise_of_completion(c, events[d]);
+      events[d] = NULL;
+    } else if (result != NULL) {
+      PyObject* buffers = PyTuple_New((Py_ssize_t)n_out);
+      for (size_t o = 0; buffers != NULL && o < n_out; ++o) {
+        PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, (Py_ssize_t)o) : NULL;
+        BufferObject* b = buffer_wrap(self->client, c, outs[d * n_out + o], meta);
+        outs[d * n_out + o] = NULL;
+        if (b == NULL) {
+          Py_CLEAR(buffers);
+          break;
+        }
+        PyTuple_SetItem(buffers, (Py_ssize_t)o, (PyObject*)b);
+      }
+      promise = buffers ? promise_of_buffers(buffers, (int)n_out) : NULL;
+      Py_XDECREF(buffers);
+    }
+    event_destroy(c->api, events[d]);
+    if (promise == NULL) {
+      Py_CLEAR(result);
+    } else {
+      PyList_SetItem(result, (Py_ssize_t)d, promise);
+    }
+  }
+  if (result == NULL) { /* outputs not wrapped yet must still be freed */
+    for (size_t i = 0; i < total_outs; ++i) {
+      if (outs[i] == NULL) continue;
+      PJRT_Buffer_Destroy_Args d = {0};
+      d.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+      d.buffer = outs[i];
+      error_destroy(c->api, c->api->PJRT_Buffer_Destroy(&d));
+    }
+  }
+done:
+  if (!small) {
+    PyMem_Free(ptrs);
+    PyMem_Free(outs);
+    PyMem_Free((void*)arg_lists);
+    PyMem_Free(out_lists);
+    PyMem_Free(events);
+  }
+  return result;
+}
+
+/* Pins `args`, holds the executable and client for the call, runs. */
+static PyObject* run_pinned(ExecutableCoreObject* self, BufferObject** args, size_t n_dev,
+                            size_t n_args, const int64_t* refused, size_t n_refused) {
+  LoadedObject* loaded = self->loaded;
+  if (loaded == NULL) {
+    PyErr_SetString(PyExc_ValueError, "executable has been deleted");
+    return NULL;
+  }
+  size_t total = n_dev * n_args, pinned = 0;
+  PyObject* result = NULL;
+  if (client_enter(loaded->c, "executable") < 0) return NULL;
+  Py_INCREF(loaded);
+  for (; pinned < total; ++pinned)
+    if (buffer_pin(args[pinned], "argument") < 0) goto done;
+  result = execute_rows(self, loaded, args, n_dev, n_args, refused, n_refused);
+done:
+  for (size_t i = 0; i < pinned; ++i) buffer_unpin(args[i]);
+  client_leave(loaded->c);
+  Py_DECREF(loaded);
+  return result;
+}
+
+/* ---- ExecutableCore -------------------------------------------------------------- */
+
+/* The argument as a Buffer this call may use as is, or NULL (borrowed). */
+static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* expect) {
+  BufferObject* b;
+  if (Py_TYPE(arg) == BufferType) {
+    b = (BufferObject*)arg;
+  } else if (Py_TYPE(arg) == BufferPromiseType && ((PromiseObject*)arg)->kind == PROMISE_BUFFERS &&
+             PyTuple_Size(((PromiseObject*)arg)->buffers) == 1) {
+    b = (BufferObject*)PyTuple_GetItem(((PromiseObject*)arg)->buffers, 0);
+  } else {
+    return NULL;
+  }
+  if (b->c != c || b->state != BUF_LIVE || b->buf == NULL) return NULL;
+  if (b->meta == expect) return b;
+  if (b->meta == NULL || PyObject_RichCompareBool(b->meta, expect, Py_EQ) != 1) {
+    PyErr_Clear();
+    return NULL;
+  }
+  return b;
+}
+
+static PyObject* executable_slow(ExecutableCoreObject* self, PyObject* const* args,
+                                 Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* tuple = PyTuple_New(nargs);
+  if (tuple == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    Py_INCREF(args[i]);
+    PyTuple_SetItem(tuple, i, args[i]);
+  }
+  PyObject* kwargs = PyDict_New();
+  Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+  for (Py_ssize_t i = 0; kwargs != NULL && i < nkw; ++i) {
+    if (PyDict_SetItem(kwargs, PyTuple_GetItem(kwnames, i), args[nargs + i]) < 0)
+      Py_CLEAR(kwargs);
+  }
+  PyObject* result = NULL;
+  if (kwargs != NULL) {
+    PyObject* method = PyObject_GetAttrString((PyObject*)self, "_execute_async_slow");
+    if (method != NULL) {
+      result = PyObject_Call(method, tuple, kwargs);
+      Py_DECREF(method);
+    }
+  }
+  Py_DECREF(tuple);
+  Py_XDECREF(kwargs);
+  return result;
+}
+
+static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* const* args,
+                                          Py_ssize_t nargs, PyObject* kwnames) {
+  LoadedObject* loaded = self->loaded;
+  PyObject* expect = self->expect;
+  if (kwnames != NULL || self->blocked || loaded == NULL || expect == NULL ||
+      nargs != PyTuple_Size(expect) || nargs > PJRT_PY_STACK_ARGS ||
+      state_check_usable(loaded->c, "executable") < 0) {
+    PyErr_Clear();
+    return executable_slow(self, args, nargs, kwnames);
+  }
+  BufferObject* buffers[PJRT_PY_STACK_ARGS];
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    buffers[i] = fast_argument(args[i], loaded->c, PyTuple_GetItem(expect, i));
+    if (buffers[i] == NULL) return executable_slow(self, args, nargs, kwnames);
+  }
+  PyObject* promises = run_pinned(self, buffers, 1, (size_t)nargs, NULL, 0);
+  if (promises == NULL) return NULL;
+  PyObject* promise = PyList_GetItem(promises, 0);
+  Py_INCREF(promise);
+  Py_DECREF(promises);
+  return promise;
+}
+
+/* _run(rows, non_donatable): rows holds one list of Buffers per device (checked
+ * by the caller); returns one promise per device. */
+static PyObject* executable_run(ExecutableCoreObject* self, PyObject* args) {
+  PyObject* rows;
+  PyObject* refused_list;
+  if (!PyArg_ParseTuple(args, "OO:_run", &rows, &refused_list)) return NULL;
+  Py_ssize_t n_dev = PyList_Size(rows);
+  if (n_dev < 1) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "_run: no rows");
+    return NULL;
+  }
+  Py_ssize_t n_args = PyList_Size(PyList_GetItem(rows, 0));
+  Py_ssize_t n_refused = PyList_Size(refused_list);
+  if (n_args < 0 || n_refused < 0) return NULL;
+  BufferObject** bufs = PyMem_Calloc((size_t)(n_dev * n_args + 1), sizeof(BufferObject*));
+  int64_t* refused = PyMem_Calloc((size_t)(n_refused + 1), sizeof(int64_t));
+  PyObject* result = NULL;
+  if (bufs == NULL || refused == NULL) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (Py_ssize_t d = 0; d < n_dev; ++d) {
+    PyObject* row = PyList_GetItem(rows, d);
+    if (row == NULL || PyList_Size(row) != n_args) {
+      PyErr_SetString(PyExc_ValueError, "_run: rows differ in length");
+      goto done;
+    }
+    for (Py_ssize_t i = 0; i < n_args; ++i) {
+      PyObject* b = PyList_GetItem(row, i);
+      if (Py_TYPE(b) != BufferType) {
+        PyErr_SetString(PyExc_TypeError, "_run takes Buffers");
+        goto done;
+      }
+      bufs[d * n_args + i] = (BufferObject*)b;
+    }
+  }
+  for (Py_ssize_t i = 0; i < n_refused; ++i) {
+    refused[i] = PyLong_AsLongLong(PyList_GetItem(refused_list, i));
+    if (refused[i] == -1 && PyErr_Occurred()) goto done;
+  }
+  result = run_pinned(self, bufs, (size_t)n_dev, (size_t)n_args, refused, (size_t)n_refused);
+done:
+  PyMem_Free(bufs);
+  PyMem_Free(refused);
+  return result;
+}
+
+/* _attach(loaded, client, expect, out_metas, num_outputs, num_devices, blocked) */
+static PyObject* executable_attach(ExecutableCoreObject* self, PyObject* args) {
+  PyObject *loaded, *client, *expect, *out_metas;
+  Py_ssize_t num_outputs;
+  int num_devices, blocked;
+  if (!PyArg_ParseTuple(args, "O!OOOnip:_attach", LoadedType, &loaded, &client, &expect,
+                        &out_metas, &num_outputs, &num_devices, &blocked))
+    return NULL;
+  if ((expect != Py_None && !PyTuple_Check(expect)) ||
+      (out_metas != Py_None && !PyTuple_Check(out_metas))) {
+    PyErr_SetString(PyExc_TypeError, "_attach: expect and out_metas are tuples or None");
+    return NULL;
+  }
+  Py_INCREF(loaded);
+  PJRT_PY_SETREF(self->loaded, (LoadedObject*)loaded);
+  Py_INCREF(client);
+  PJRT_PY_SETREF(self->client, client);
+  PJRT_PY_SETREF(self->expect, expect == Py_None ? NULL : (Py_INCREF(expect), expect));
+  PJRT_PY_SETREF(self->out_metas, out_metas == Py_None ? NULL : (Py_INCREF(out_metas), out_metas));
+  self->num_outputs = num_outputs;
+  self->num_devices = num_devices;
+  self->blocked = blocked;
+  Py_RETURN_NONE;
+}
+
+/* _detach(): drop this executable's hold on the compiled program. */
+static PyObject* executable_detach(ExecutableCoreObject* self, PyObject* unused) {
+  (void)unused;
+  Py_CLEAR(self->loaded);
+  self->blocked = 1;
+  Py_RETURN_NONE;
+}
+
+static PyObject* executable_get_blocked(ExecutableCoreObject* self, void* unused) {
+  (void)unused;
+  return PyBool_FromLong(self->blocked);
+}
+
+static int executable_set_blocked(ExecutableCoreObject* self, PyObject* value, void* unused) {
+  (void)unused;
+  int truth = value ? PyObject_IsTrue(value) : -1;
+  if (truth < 0) return -1;
+  self->blocked = truth || self->loaded == NULL;
+  return 0;
+}
+
+static PyObject* executable_get_loaded(ExecutableCoreObject* self, void* unused) {
+  (void)unused;
+  PyObject* loaded = self->loaded ? (PyObject*)self->loaded : Py_None;
+  Py_INCREF(loaded);
+  return loaded;
+}
+
+static PyObject* executable_get_client(ExecutableCoreObject* self, void* unused) {
+  (void)unused;
+  PyObject* client = self->client ? self->client : Py_None;
+  Py_INCREF(client);
+  return client;
+}
+
+static void executable_dealloc(ExecutableCoreObject* self) {
+  PyObject_GC_UnTrack(self);
+  if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject*)self);
+  Py_CLEAR(self->dict);
+  Py_CLEAR(self->loaded);
+  Py_CLEAR(self->client);
+  Py_CLEAR(self->expect);
+  Py_CLEAR(self->out_metas);
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_Del(self);
+  Py_DECREF(type);
+}
+
+static int executable_traverse(ExecutableCoreObject* self, visitproc visit, void* arg) {
+  Py_VISIT(self->dict);
+  Py_VISIT(self->client);
+  Py_VISIT(self->expect);
+  Py_VISIT(self->out_metas);
+  Py_VISIT(Py_TYPE(self));
+  return 0;
+}
+
+static int executable_clear(ExecutableCoreObject* self) {
+  Py_CLEAR(self->dict);
+  return 0;
+}
+
+static PyMethodDef executable_methods[] = {
+    {"execute_async", (PyCFunction)(void (*)(void))executable_execute_async,
+     METH_FASTCALL | METH_KEYWORDS,
+     "execute_async(*args, ordered=False, non_donatable=None)\n--\n\n"
+     "Dispatch the program and return a BufferPromise of its outputs at once.\n\n"
+     "Arguments may be Buffers, promises of one buffer, or numpy arrays and scalars\n"
+     "(transferred first). ordered=True runs it after every earlier ordered execution\n"
+     "of this thread has completed, on any device, without waiting on the host (see\n"
+     "docs/effects.md). non_donatable lists parameters this call must not donate."},
+    {"_run", (PyCFunction)executable_run, METH_VARARGS, NULL},
+    {"_attach", (PyCFunction)executable_attach, METH_VARARGS, NULL},
+    {"_detach", (PyCFunction)executable_detach, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef executable_getset[] = {
+    {"_blocked", (getter)executable_get_blocked, (setter)executable_set_blocked, NULL, NULL},
+    {"_loaded", (getter)executable_get_loaded, NULL, NULL, NULL},
+    {"client", (getter)executable_get_client, NULL, "The Client it was compiled for.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef executable_members[] = {
+    {"__dictoffset__", T_PYSSIZET, offsetof(ExecutableCoreObject, dict), READONLY, NULL},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(ExecutableCoreObject, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot executable_slots[] = {
+    {Py_tp_doc, "The native part of pjrt_py.Executable: the dispatch fast path."},
+    {Py_tp_new, PyType_GenericNew},
+    {Py_tp_dealloc, executable_dealloc},
+    {Py_tp_traverse, executable_traverse},
+    {Py_tp_clear, executable_clear},
+    {Py_tp_methods, executable_methods},
+    {Py_tp_getset, executable_getset},
+    {Py_tp_members, executable_members},
+    {0, NULL},
+};
+
+static PyType_Spec executable_spec = {
+    "pjrt_py._core.ExecutableCore", sizeof(ExecutableCoreObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE, executable_slots,
+};

@@ -1,0 +1,328 @@
+/* Host arrays: element types, interned metadata, and transfers.
+ *
+ * A buffer's metadata is one (shape, dtype) tuple, interned so that the
+ * argument check of a call is a pointer comparison per argument. The dtype
+ * table comes from pjrt_py.dtypes (set_dtypes), which is its one source.
+ */
+#include <string.h>
+
+#define PJRT_PY_MAX_TYPES 64
+#define PJRT_PY_MAX_METAS 4096 /* bound on interned metadata */
+
+static PyObject* g_dtype_of[PJRT_PY_MAX_TYPES]; /* PJRT type -> np.dtype, or NULL */
+static PyObject* g_metas;                       /* meta -> the same meta */
+
+/* set_dtypes([(np.dtype, PJRT type), ...]) */
+static PyObject* core_set_dtypes(PyObject* self, PyObject* pairs) {
+  (void)self;
+  PyObject* seq = PySequence_Tuple(pairs);
+  if (seq == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < PyTuple_Size(seq); ++i) {
+    PyObject* pair = PyTuple_GetItem(seq, i);
+    PyObject* dtype = NULL;
+    int code = -1;
+    if (!PyArg_ParseTuple(pair, "Oi", &dtype, &code)) break;
+    if (code < 0 || code >= PJRT_PY_MAX_TYPES || !PyArray_DescrCheck(dtype)) {
+      PyErr_SetString(PyExc_ValueError, "set_dtypes: bad pair");
+      break;
+    }
+    Py_INCREF(dtype);
+    PJRT_PY_SETREF(g_dtype_of[code], dtype);
+  }
+  Py_DECREF(seq);
+  if (PyErr_Occurred()) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* The PJRT type of a dtype object, by identity with the table's canonical
+ * dtypes (what arrays made the usual way carry); -1 if not one of them. An
+ * equal but distinct dtype (-1 here) takes the Python path, which compares
+ * by value. */
+static int pjrt_type_of(PyArray_Descr* descr) {
+  for (int code = 0; code < PJRT_PY_MAX_TYPES; ++code) {
+    if (g_dtype_of[code] == (PyObject*)descr) return code;
+  }
+  return -1;
+}
+
+/* The interned copy of `meta` (a new reference). */
+static PyObject* meta_intern(PyObject* meta) {
+  PyObject* shared = PyDict_GetItemWithError(g_metas, meta); /* borrowed */
+  if (shared != NULL) {
+    Py_INCREF(shared);
+    return shared;
+  }
+  if (PyErr_Occurred()) return NULL;
+  if (PyDict_Size(g_metas) < PJRT_PY_MAX_METAS && PyDict_SetItem(g_metas, meta, meta) < 0)
+    return NULL;
+  Py_INCREF(meta);
+  return meta;
+}
+
+static PyObject* core_intern_meta(PyObject* self, PyObject* meta) {
+  (void)self;
+  return meta_intern(meta);
+}
+
+static PyObject* shape_tuple(const int64_t* dims, size_t ndims) {
+  PyObject* shape = PyTuple_New((Py_ssize_t)ndims);
+  if (shape == NULL) return NULL;
+  for (size_t i = 0; i < ndims; ++i) {
+    PyObject* d = PyLong_FromLongLong(dims[i]);
+    if (d == NULL) {
+      Py_DECREF(shape);
+      return NULL;
+    }
+    PyTuple_SetItem(shape, (Py_ssize_t)i, d);
+  }
+  return shape;
+}
+
+/* The interned meta for dims and a PJRT element type (a new reference). */
+static PyObject* meta_from_dims(const int64_t* dims, size_t ndims, int type) {
+  if (type < 0 || type >= PJRT_PY_MAX_TYPES || g_dtype_of[type] == NULL) {
+    PyErr_Format(PyExc_TypeError, "PJRT element type %d has no numpy dtype in pjrt_py", type);
+    return NULL;
+  }
+  PyObject* shape = shape_tuple(dims, ndims);
+  if (shape == NULL) return NULL;
+  PyObject* meta = PyTuple_Pack(2, shape, g_dtype_of[type]);
+  Py_DECREF(shape);
+  if (meta == NULL) return NULL;
+  PyObject* shared = meta_intern(meta);
+  Py_DECREF(meta);
+  return shared;
+}
+
+/* Reads a meta into numpy terms; *descr is borrowed. */
+static int meta_unpack(PyObject* meta, npy_intp* dims, int* ndim, PyArray_Descr** descr) {
+  PyObject* shape = PyTuple_GetItem(meta, 0);
+  PyObject* dtype = PyTuple_GetItem(meta, 1);
+  if (shape == NULL || dtype == NULL) return -1;
+  Py_ssize_t n = PyTuple_Size(shape);
+  if (n < 0 || n > PJRT_PY_MAX_RANK) {
+    PyErr_SetString(PyExc_ValueError, "buffer rank out of range");
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    dims[i] = (npy_intp)PyLong_AsSsize_t(PyTuple_GetItem(shape, i));
+    if (dims[i] == -1 && PyErr_Occurred()) return -1;
+  }
+  *ndim = (int)n;
+  *descr = (PyArray_Descr*)dtype;
+  return 0;
+}
+
+/* A small cache from (dtype, shape) of an array to its interned meta: the
+ * fast path of buffer_async builds no tuple for a shape seen recently. */
+typedef struct {
+  PyArray_Descr* descr; /* borrowed: canonical dtypes live forever */
+  int ndim;
+  npy_intp dims[8];
+  PyObject* meta;
+} meta_slot;
+
+static meta_slot g_meta_cache[16];
+
+static PyObject* meta_of_array(PyArrayObject* array) {
+  int ndim = PyArray_NDIM(array);
+  const npy_intp* dims = PyArray_DIMS(array);
+  PyArray_Descr* descr = PyArray_DESCR(array);
+  size_t h = (size_t)descr >> 4;
+  for (int i = 0; i < ndim; ++i) h = h * 31 + (size_t)dims[i];
+  meta_slot* slot = &g_meta_cache[(h + (size_t)ndim) & 15];
+  if (ndim <= 8 && slot->meta != NULL && slot->descr == descr && slot->ndim == ndim &&
+      memcmp(slot->dims, dims, (size_t)ndim * sizeof(npy_intp)) == 0) {
+    Py_INCREF(slot->meta);
+    return slot->meta;
+  }
+  int64_t dims64[PJRT_PY_MAX_RANK];
+  for (int i = 0; i < ndim; ++i) dims64[i] = (int64_t)dims[i];
+  PyObject* shape = shape_tuple(dims64, (size_t)ndim);
+  if (shape == NULL) return NULL;
+  PyObject* meta = PyTuple_Pack(2, shape, (PyObject*)descr);
+  Py_DECREF(shape);
+  if (meta == NULL) return NULL;
+  PyObject* shared = meta_intern(meta);
+  Py_DECREF(meta);
+  if (shared != NULL && ndim <= 8) {
+    Py_INCREF(shared);
+    PJRT_PY_SETREF(slot->meta, shared);
+    slot->descr = descr;
+    slot->ndim = ndim;
+    memcpy(slot->dims, dims, (size_t)ndim * sizeof(npy_intp));
+  }
+  return shared;
+}
+
+/* ---- host to device ---------------------------------------------------------- */
+
+#define PJRT_PY_GIL_FREE_BYTES (64 << 10) /* copies this large release the GIL */
+
+/* Starts copying (or aliasing) a C-contiguous array to `device`. The array
+ * stays referenced until PJRT is done with its memory. Returns a new Buffer,
+ * or NULL with an exception set. */
+static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArrayObject* array,
+                                    int type, int semantics, PJRT_Device* device, PyObject* meta,
+                                    int host_aliased) {
+  npy_intp nbytes = PyArray_NBYTES(array);
+  int64_t dims[PJRT_PY_MAX_RANK];
+  int ndim = PyArray_NDIM(array);
+  for (int i = 0; i < ndim; ++i) dims[i] = (int64_t)PyArray_DIMS(array)[i];
+  PJRT_Client_BufferFromHostBuffer_Args args = {0};
+  args.struct_size = PJRT_Client_BufferFromHostBuffer_Args_STRUCT_SIZE;
+  args.client = c->client;
+  args.data = nbytes ? PyArray_DATA(array) : NULL;
+  args.type = (PJRT_Buffer_Type)type;
+  args.dims = dims;
+  args.num_dims = (size_t)ndim;
+  args.host_buffer_semantics = (PJRT_HostBufferSemantics)semantics;
+  args.device = device;
+  PJRT_Error* error;
+  if (nbytes >= PJRT_PY_GIL_FREE_BYTES) {
+    if (client_enter(c, "client") < 0) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    error = c->api->PJRT_Client_BufferFromHostBuffer(&args);
+    Py_END_ALLOW_THREADS
+    client_leave(c);
+  } else {
+    error = c->api->PJRT_Client_BufferFromHostBuffer(&args);
+  }
+  if (error != NULL) return (BufferObject*)raise_pjrt(c->api, error);
+  BufferObject* b = buffer_wrap(client, c, args.buffer, meta);
+  if (b == NULL) return NULL; /* buffer_wrap freed the PJRT buffer */
+  b->host_aliased = (unsigned char)host_aliased;
+  release_on_ready(c->api, args.done_with_host_buffer, (PyObject*)array);
+  return b;
+}
+
+/* ---- device to host ------------------------------------------------------------ */
+
+/* Whether b's memory is host memory, dense row-major and `size` bytes long:
+ * then it can be read directly. Asked once per buffer. */
+static int buffer_is_dense_on_host(BufferObject* b, size_t size, size_t ndim) {
+  const PJRT_Api* api = b->c->api;
+  if (!PJRT_PY_HAS(api, PJRT_Buffer_GetMemoryLayout) ||
+      !PJRT_PY_HAS(api, PJRT_Buffer_IncreaseExternalReferenceCount) ||
+      !PJRT_PY_HAS(api, PJRT_Buffer_DecreaseExternalReferenceCount) ||
+      !PJRT_PY_HAS(api, PJRT_Buffer_IsOnCpu) || !PJRT_PY_HAS(api, PJRT_Buffer_UnsafePointer))
+    return 0;
+  PJRT_Buffer_IsOnCpu_Args cpu = {0};
+  cpu.struct_size = PJRT_Buffer_IsOnCpu_Args_STRUCT_SIZE;
+  cpu.buffer = b->buf;
+  PJRT_Error* error = api->PJRT_Buffer_IsOnCpu(&cpu);
+  if (error != NULL || !cpu.is_on_cpu) {
+    error_destroy(api, error);
+    return 0;
+  }
+  PJRT_Buffer_GetMemoryLayout_Args l = {0};
+  l.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE;
+  l.buffer = b->buf;
+  error = api->PJRT_Buffer_GetMemoryLayout(&l);
+  if (error != NULL) {
+    error_destroy(api, error);
+    return 0;
+  }
+  if (l.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || l.layout.tiled.num_tiles != 0 ||
+      l.layout.tiled.minor_to_major_size != ndim)
+    return 0;
+  for (size_t i = 0; i < ndim; ++i)
+    if (l.layout.tiled.minor_to_major[i] != (int64_t)(ndim - 1 - i)) return 0;
+  PJRT_Buffer_OnDeviceSizeInBytes_Args z = {0};
+  z.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE;
+  z.buffer = b->buf;
+  error = api->PJRT_Buffer_OnDeviceSizeInBytes(&z);
+  if (error != NULL) {
+    error_destroy(api, error);
+    return 0;
+  }
+  return z.on_device_size_in_bytes == size;
+}
+
+/* Whether b is ready without error; remembered once true. With the GIL. */
+static int buffer_ready_ok(BufferObject* b) {
+  if (b->ready) return 1;
+  const PJRT_Api* api = b->c->api;
+  PJRT_Buffer_ReadyEvent_Args args = {0};
+  args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
+  args.buffer = b->buf;
+  PJRT_Error* error = api->PJRT_Buffer_ReadyEvent(&args);
+  if (error != NULL) {
+    error_destroy(api, error);
+    return 0;
+  }
+  int ok = event_is_ready(api, args.event);
+  if (ok) {
+    error = event_error(api, args.event);
+    if (error != NULL) {
+      error_destroy(api, error);
+      ok = 0;
+    }
+  }
+  event_destroy(api, args.event);
+  b->ready = (unsigned char)ok;
+  return ok;
+}
+
+/* The CPU fast path of a device-to-host copy: if b is ready and its memory
+ * is dense host memory, copy `size` bytes into dst now, under an external
+ * reference (which also makes the plugin refuse to donate b meanwhile), and
+ * return 1. Otherwise return 0 and touch nothing. With the GIL; releases it
+ * for large copies, with b pinned. */
+static int buffer_read_direct(BufferObject* b, void* dst, size_t size, size_t ndim) {
+  if (!b->c->cpu || !buffer_ready_ok(b)) return 0;
+  if (b->dense == 0) b->dense = buffer_is_dense_on_host(b, size, ndim) ? 1 : 2;
+  if (b->dense != 1) return 0;
+  const PJRT_Api* api = b->c->api;
+  PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
+  inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;
+  inc.buffer = b->buf;
+  PJRT_Error* error = api->PJRT_Buffer_IncreaseExternalReferenceCount(&inc);
+  if (error != NULL) {
+    error_destroy(api, error);
+    return 0;
+  }
+  PJRT_Buffer_UnsafePointer_Args at = {0};
+  at.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
+  at.buffer = b->buf;
+  error = api->PJRT_Buffer_UnsafePointer(&at);
+  int copied = error == NULL;
+  error_destroy(api, error);
+  if (copied && size >= PJRT_PY_GIL_FREE_BYTES && buffer_pin(b, "buffer") == 0) {
+    Py_BEGIN_ALLOW_THREADS
+    memcpy(dst, (const void*)at.buffer_pointer, size);
+    Py_END_ALLOW_THREADS
+    buffer_unpin(b); /* the external reference outlives any delete() meanwhile */
+  } else if (copied) {
+    PyErr_Clear(); /* a failed pin leaves the GIL held: copy under it */
+    memcpy(dst, (const void*)at.buffer_pointer, size);
+  }
+  PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
+  dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
+  dec.buffer = b->buf;
+  error_destroy(api, api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
+  return copied;
+}
+
+/* Starts PJRT's own copy of b into dst (dense row-major, asked for
+ * explicitly: the device layout may differ). With the GIL. */
+static PJRT_Error* buffer_to_host(BufferObject* b, void* dst, size_t size, size_t ndim,
+                                  PJRT_Event** done) {
+  int64_t minor_to_major[PJRT_PY_MAX_RANK];
+  for (size_t i = 0; i < ndim; ++i) minor_to_major[i] = (int64_t)(ndim - 1 - i);
+  PJRT_Buffer_MemoryLayout layout = {0};
+  layout.struct_size = PJRT_Buffer_MemoryLayout_STRUCT_SIZE;
+  layout.type = PJRT_Buffer_MemoryLayout_Type_Tiled;
+  layout.tiled.struct_size = PJRT_Buffer_MemoryLayout_Tiled_STRUCT_SIZE;
+  layout.tiled.minor_to_major = minor_to_major;
+  layout.tiled.minor_to_major_size = ndim;
+  PJRT_Buffer_ToHostBuffer_Args args = {0};
+  args.struct_size = PJRT_Buffer_ToHostBuffer_Args_STRUCT_SIZE;
+  args.src = b->buf;
+  args.host_layout = &layout;
+  args.dst = dst;
+  args.dst_size = size;
+  PJRT_Error* error = b->c->api->PJRT_Buffer_ToHostBuffer(&args);
+  if (error == NULL) *done = args.event;
+  return error;
+}
