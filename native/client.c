@@ -100,6 +100,25 @@ static PyObject* client_core_get_handle(ClientCoreObject* self, void* unused) {
   return PyLong_FromVoidPtr(self->c ? self->c->client : NULL);
 }
 
+/* _closed_reason(what) -> why `what` (the name of one of this client's
+ * objects, or None for the client itself) cannot be used now, or None. */
+static PyObject* client_core_closed_reason(ClientCoreObject* self, PyObject* what) {
+  static const char fork[] =
+      "created before os.fork() in the parent process; create a new pjrt_py.Client in this "
+      "process";
+  bool own = what == Py_None;
+  if (self->c != NULL && self->c->generation != g_generation) {
+    if (own) return PyUnicode_FromFormat("client was %s", fork);
+    return PyUnicode_FromFormat("%U belongs to a client %s", what, fork);
+  }
+  if (self->c == NULL) {
+    if (own) return PyUnicode_FromString("client is closed");
+    return PyUnicode_FromFormat("%U belongs to a closed client", what);
+  }
+  if (phase() != PHASE_RUNNING) return PyUnicode_FromString("the interpreter is exiting");
+  Py_RETURN_NONE;
+}
+
 static PyObject* client_core_get_closed(ClientCoreObject* self, void* unused) {
   (void)unused;
   return PyBool_FromLong(self->c == NULL || self->c->generation != g_generation);
@@ -259,6 +278,7 @@ static PyMethodDef client_core_methods[] = {
     {"_pin", (PyCFunction)client_core_pin, METH_NOARGS, NULL},
     {"_unpin", (PyCFunction)client_core_unpin, METH_O, NULL},
     {"_running", (PyCFunction)client_core_running, METH_NOARGS, NULL},
+    {"_closed_reason", (PyCFunction)client_core_closed_reason, METH_O, NULL},
     {"_refs", (PyCFunction)client_core_refs, METH_NOARGS, NULL},
     {"_from_host", (PyCFunction)client_core_from_host, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

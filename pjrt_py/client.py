@@ -132,8 +132,9 @@ class Client(_core.ClientCore):
         return device
 
     def _check_open(self) -> None:
-        if self.closed:
-            raise ValueError("client is closed")
+        reason = self._closed_reason(None)  # closed, inherited over fork, or exiting
+        if reason is not None:
+            raise ValueError(reason)
 
     def _target(self, device: Device | None) -> Device:
         if device is None:

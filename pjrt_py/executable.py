@@ -169,8 +169,9 @@ class Executable(_core.ExecutableCore):
     def _live(self) -> CompiledProgram:
         if self._loaded is None:
             raise ValueError("executable has been deleted")
-        if self.client.closed:
-            raise ValueError("executable belongs to a closed client")
+        reason = self.client._closed_reason("executable")
+        if reason is not None:
+            raise ValueError(reason)
         return self._program
 
     @property
