@@ -70,16 +70,14 @@ static void buffer_free_handle(BufferObject* b) {
   client_unref(c);
 }
 
-static int buffer_pin(BufferObject* b, const char* where) {
-  (void)where;
+/* With the GIL; the caller also holds the client for the call (client_enter). */
+static int buffer_pin(BufferObject* b) {
   if (buffer_live(b) < 0) return -1;
   b->pins++;
-  __atomic_add_fetch(&b->c->calls, 1, __ATOMIC_ACQ_REL);
   return 0;
 }
 
 static void buffer_unpin(BufferObject* b) {
-  __atomic_sub_fetch(&b->c->calls, 1, __ATOMIC_ACQ_REL);
   if (--b->pins == 0 && b->state != BUF_LIVE) buffer_free_handle(b);
 }
 
@@ -441,9 +439,8 @@ static PyObject* buffer_copy(BufferObject* b, PyObject* unused) {
   PyObject* promise = buffer_copy_to_device_async(b, device);
   Py_DECREF(device);
   if (promise == NULL) return NULL;
-  PyObject* buffers = ((PromiseObject*)promise)->buffers;
-  PyObject* copy = PyTuple_GetItem(buffers, 0);
-  Py_XINCREF(copy);
+  PyObject* copy = (PyObject*)((PromiseObject*)promise)->one;
+  Py_INCREF(copy);
   Py_DECREF(promise);
   return copy;
 }

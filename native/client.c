@@ -157,7 +157,7 @@ static PyObject* client_core_running(ClientCoreObject* self, PyObject* unused) {
 static PyObject* client_core_refs(ClientCoreObject* self, PyObject* unused) {
   (void)unused;
   if (self->c == NULL) return PyLong_FromLong(-1);
-  return PyLong_FromLong(__atomic_load_n(&self->c->refs, __ATOMIC_ACQUIRE));
+  return PyLong_FromLong(self->c->refs);
 }
 
 /* _from_host(array, type, semantics, device, meta, host_aliased) -> Buffer:

@@ -1,8 +1,10 @@
 /* The reference-counted PJRT client.
  *
- * References are taken and dropped with the GIL held (the reaper and exit
- * sequence, which run without it, only read them under the registry lock),
- * so a count read with the GIL held is stable. The last owner destroys the
+ * References and calls are taken and dropped only with the GIL held, which
+ * orders them: they are plain integers, not atomics (a dispatch changes
+ * them several times). The reaper and the exit sequence, which run without
+ * the GIL, only read them, under the registry lock, and an effects_barrier()
+ * takes its references under that lock too. The last owner destroys the
  * PJRT client with the GIL released: the plugin joins its threads, and one of
  * them may be waiting for the GIL to run a promise callback. If executions are
  * still running then, destroying would wait for them, perhaps forever: the
@@ -53,10 +55,10 @@ static void client_free(pjrt_py_client* c) {
   free(c);
 }
 
-static void client_ref(pjrt_py_client* c) { __atomic_add_fetch(&c->refs, 1, __ATOMIC_ACQ_REL); }
+static void client_ref(pjrt_py_client* c) { c->refs++; }
 
 static void client_unref(pjrt_py_client* c) {
-  if (__atomic_sub_fetch(&c->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  if (--c->refs != 0) return;
   /* Inherited from a parent process: its threads are gone; leave it. At exit:
    * exit_sequence() decides (it is still in the registry). */
   if (c->generation != g_generation || phase() != PHASE_RUNNING) return;
@@ -81,12 +83,17 @@ static void client_unref(pjrt_py_client* c) {
  * may take new work, and holds it until client_leave(). */
 static int client_enter(pjrt_py_client* c, const char* what) {
   if (state_check_usable(c, what) < 0) return -1;
-  client_ref(c);
-  __atomic_add_fetch(&c->calls, 1, __ATOMIC_ACQ_REL);
+  client_enter_checked(c);
   return 0;
 }
 
+/* client_enter for a client the caller just checked. */
+static void client_enter_checked(pjrt_py_client* c) {
+  c->refs++;
+  c->calls++;
+}
+
 static void client_leave(pjrt_py_client* c) {
-  __atomic_sub_fetch(&c->calls, 1, __ATOMIC_ACQ_REL);
+  c->calls--;
   client_unref(c);
 }

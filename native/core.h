@@ -61,8 +61,8 @@ typedef struct pjrt_py_epoch {
 typedef struct pjrt_py_client {
   const PJRT_Api* api;
   PJRT_Client* client; /* NULL once destroyed */
-  long refs;           /* owners (see above); the last one destroys */
-  long calls;          /* PJRT calls in flight without the GIL (changed with the GIL) */
+  long refs;           /* owners (see above); the last one destroys. Changed with the GIL */
+  long calls;          /* PJRT calls in flight without the GIL. Changed with the GIL */
   int closed;          /* close() ran: new work is refused */
   int cpu;             /* platform "cpu": CPU-only fast paths apply */
   int zombie;          /* no owner left but executions still run: the reaper ends it */
@@ -94,7 +94,7 @@ typedef struct {
   PyObject* client;  /* the Python Client */
   PyObject* meta;    /* (shape, dtype), interned; NULL until read */
   PyObject* weakrefs;
-  int pins;          /* calls using buf without the GIL */
+  int pins;          /* calls using buf without the GIL (each also holds the client) */
   unsigned char state;        /* BUF_* as Python sees it */
   unsigned char ready;        /* known ready without error (never goes back) */
   unsigned char dense;        /* 0 unknown, 1 host memory dense row-major, 2 not */
@@ -108,7 +108,8 @@ typedef struct {
   PyObject_HEAD
   int kind;            /* PROMISE_* */
   int arity;           /* buffers: 1 -> a Buffer, 0 -> None, else a tuple */
-  PyObject* buffers;   /* tuple of Buffers (buffers), or the source (array) */
+  BufferObject* one;   /* the one Buffer (buffers), or the copy's source (array) */
+  PyObject* buffers;   /* a tuple of Buffers, where there are several or none */
   PyObject* array;     /* the numpy destination (array) */
   pjrt_py_client* c;   /* completion promises hold one reference */
   const PJRT_Api* api;
@@ -154,6 +155,7 @@ static void gate_leave(void);
 static void client_ref(pjrt_py_client* c);
 static void client_unref(pjrt_py_client* c);
 static int client_enter(pjrt_py_client* c, const char* what);
+static void client_enter_checked(pjrt_py_client* c);
 static void client_leave(pjrt_py_client* c);
 
 /* errors.c */
@@ -186,7 +188,7 @@ static PyTypeObject* BufferType;
 static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffer* buf,
                                  PyObject* meta);
 static PyObject* buffer_meta(BufferObject* b);
-static int buffer_pin(BufferObject* b, const char* where);
+static int buffer_pin(BufferObject* b);
 static void buffer_unpin(BufferObject* b);
 
 /* promise.c */

@@ -104,12 +104,12 @@ static PyType_Spec loaded_spec = {"pjrt_py._core.Loaded", sizeof(LoadedObject), 
 
 /* ---- running ------------------------------------------------------------------ */
 
-/* One PJRT execution over n_dev rows of n_args pinned buffers. Returns a list
- * of n_dev promises, or NULL with an exception. With the GIL; releases it
- * around Execute. */
-static PyObject* execute_rows(ExecutableCoreObject* self, LoadedObject* loaded,
-                              BufferObject** args, size_t n_dev, size_t n_args,
-                              const int64_t* refused, size_t n_refused) {
+/* One PJRT execution over n_dev rows of n_args pinned buffers. Writes n_dev
+ * new promises to `promises`; returns -1 with an exception (and no promise)
+ * on failure. With the GIL; releases it around Execute. */
+static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, BufferObject** args,
+                        size_t n_dev, size_t n_args, const int64_t* refused, size_t n_refused,
+                        PyObject** promises) {
   pjrt_py_client* c = loaded->c;
   size_t n_out = (size_t)self->num_outputs;
   PJRT_Buffer* arg_stack[PJRT_PY_STACK_ARGS];
@@ -124,7 +124,7 @@ static PyObject* execute_rows(ExecutableCoreObject* self, LoadedObject* loaded,
   PJRT_Buffer* const** arg_lists = small ? arg_lists_stack : PyMem_Calloc(n_dev, sizeof(void*));
   PJRT_Buffer*** out_lists = small ? out_lists_stack : PyMem_Calloc(n_dev, sizeof(void*));
   PJRT_Event** events = small ? events_stack : PyMem_Calloc(n_dev, sizeof(PJRT_Event*));
-  PyObject* result = NULL;
+  int result = -1;
   if (!ptrs || !outs || !arg_lists || !out_lists || !events) {
     PyErr_NoMemory();
     goto done;
@@ -160,13 +160,19 @@ static PyObject* execute_rows(ExecutableCoreObject* self, LoadedObject* loaded,
     raise_pjrt(c->api, error);
     goto done;
   }
-  result = PyList_New((Py_ssize_t)n_dev);
+  result = 0;
   for (size_t d = 0; d < n_dev; ++d) {
     PyObject* promise = NULL;
-    if (result != NULL && n_out == 0) {
+    if (result == 0 && n_out == 0) {
       promise = promise_of_completion(c, events[d]);
       events[d] = NULL;
-    } else if (result != NULL) {
+    } else if (result == 0 && n_out == 1) {
+      PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, 0) : NULL;
+      BufferObject* b = buffer_wrap(self->client, c, outs[d], meta);
+      outs[d] = NULL;
+      promise = b ? promise_of_one(b) : NULL;
+      Py_XDECREF(b);
+    } else if (result == 0) {
       PyObject* buffers = PyTuple_New((Py_ssize_t)n_out);
       for (size_t o = 0; buffers != NULL && o < n_out; ++o) {
         PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, (Py_ssize_t)o) : NULL;
@@ -182,13 +188,11 @@ static PyObject* execute_rows(ExecutableCoreObject* self, LoadedObject* loaded,
       Py_XDECREF(buffers);
     }
     event_destroy(c->api, events[d]);
-    if (promise == NULL) {
-      Py_CLEAR(result);
-    } else {
-      PyList_SetItem(result, (Py_ssize_t)d, promise);
-    }
+    promises[d] = promise;
+    if (promise == NULL) result = -1;
   }
-  if (result == NULL) { /* outputs not wrapped yet must still be freed */
+  if (result < 0) { /* drop what was made; free outputs not wrapped yet */
+    for (size_t d = 0; d < n_dev; ++d) Py_CLEAR(promises[d]);
     for (size_t i = 0; i < total_outs; ++i) {
       if (outs[i] == NULL) continue;
       PJRT_Buffer_Destroy_Args d = {0};
@@ -208,21 +212,23 @@ done:
   return result;
 }
 
-/* Pins `args`, holds the executable and client for the call, runs. */
-static PyObject* run_pinned(ExecutableCoreObject* self, BufferObject** args, size_t n_dev,
-                            size_t n_args, const int64_t* refused, size_t n_refused) {
+/* Pins `args`, holds the executable and client for the call, runs; see
+ * execute_rows. */
+static int run_pinned(ExecutableCoreObject* self, BufferObject** args, size_t n_dev,
+                      size_t n_args, const int64_t* refused, size_t n_refused,
+                      PyObject** promises) {
   LoadedObject* loaded = self->loaded;
   if (loaded == NULL) {
     PyErr_SetString(PyExc_ValueError, "executable has been deleted");
-    return NULL;
+    return -1;
   }
   size_t total = n_dev * n_args, pinned = 0;
-  PyObject* result = NULL;
-  if (client_enter(loaded->c, "executable") < 0) return NULL;
+  int result = -1;
+  if (client_enter(loaded->c, "executable") < 0) return -1;
   Py_INCREF(loaded);
   for (; pinned < total; ++pinned)
-    if (buffer_pin(args[pinned], "argument") < 0) goto done;
-  result = execute_rows(self, loaded, args, n_dev, n_args, refused, n_refused);
+    if (buffer_pin(args[pinned]) < 0) goto done;
+  result = execute_rows(self, loaded, args, n_dev, n_args, refused, n_refused, promises);
 done:
   for (size_t i = 0; i < pinned; ++i) buffer_unpin(args[i]);
   client_leave(loaded->c);
@@ -238,8 +244,8 @@ static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* e
   if (Py_TYPE(arg) == BufferType) {
     b = (BufferObject*)arg;
   } else if (Py_TYPE(arg) == BufferPromiseType && ((PromiseObject*)arg)->kind == PROMISE_BUFFERS &&
-             PyTuple_Size(((PromiseObject*)arg)->buffers) == 1) {
-    b = (BufferObject*)PyTuple_GetItem(((PromiseObject*)arg)->buffers, 0);
+             ((PromiseObject*)arg)->one != NULL) {
+    b = ((PromiseObject*)arg)->one;
   } else {
     return NULL;
   }
@@ -294,11 +300,8 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
     buffers[i] = fast_argument(args[i], loaded->c, PyTuple_GetItem(expect, i));
     if (buffers[i] == NULL) return executable_slow(self, args, nargs, kwnames);
   }
-  PyObject* promises = run_pinned(self, buffers, 1, (size_t)nargs, NULL, 0);
-  if (promises == NULL) return NULL;
-  PyObject* promise = PyList_GetItem(promises, 0);
-  Py_INCREF(promise);
-  Py_DECREF(promises);
+  PyObject* promise = NULL;
+  run_pinned(self, buffers, 1, (size_t)nargs, NULL, 0, &promise);
   return promise;
 }
 
@@ -318,8 +321,9 @@ static PyObject* executable_run(ExecutableCoreObject* self, PyObject* args) {
   if (n_args < 0 || n_refused < 0) return NULL;
   BufferObject** bufs = PyMem_Calloc((size_t)(n_dev * n_args + 1), sizeof(BufferObject*));
   int64_t* refused = PyMem_Calloc((size_t)(n_refused + 1), sizeof(int64_t));
+  PyObject** promises = PyMem_Calloc((size_t)n_dev, sizeof(PyObject*));
   PyObject* result = NULL;
-  if (bufs == NULL || refused == NULL) {
+  if (bufs == NULL || refused == NULL || promises == NULL) {
     PyErr_NoMemory();
     goto done;
   }
@@ -342,10 +346,21 @@ static PyObject* executable_run(ExecutableCoreObject* self, PyObject* args) {
     refused[i] = PyLong_AsLongLong(PyList_GetItem(refused_list, i));
     if (refused[i] == -1 && PyErr_Occurred()) goto done;
   }
-  result = run_pinned(self, bufs, (size_t)n_dev, (size_t)n_args, refused, (size_t)n_refused);
+  if (run_pinned(self, bufs, (size_t)n_dev, (size_t)n_args, refused, (size_t)n_refused,
+                 promises) < 0)
+    goto done;
+  result = PyList_New(n_dev);
+  for (Py_ssize_t d = 0; d < n_dev; ++d) {
+    if (result != NULL) {
+      PyList_SetItem(result, d, promises[d]); /* steals */
+    } else {
+      Py_DECREF(promises[d]);
+    }
+  }
 done:
   PyMem_Free(bufs);
   PyMem_Free(refused);
+  PyMem_Free(promises);
   return result;
 }
 

@@ -180,7 +180,7 @@ static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArray
   args.device = device;
   PJRT_Error* error;
   if (nbytes >= PJRT_PY_GIL_FREE_BYTES) {
-    if (client_enter(c, "client") < 0) return NULL;
+    client_enter_checked(c); /* the caller checked that c takes work */
     Py_BEGIN_ALLOW_THREADS
     error = c->api->PJRT_Client_BufferFromHostBuffer(&args);
     Py_END_ALLOW_THREADS
@@ -288,13 +288,16 @@ static int buffer_read_direct(BufferObject* b, void* dst, size_t size, size_t nd
   error = api->PJRT_Buffer_UnsafePointer(&at);
   int copied = error == NULL;
   error_destroy(api, error);
-  if (copied && size >= PJRT_PY_GIL_FREE_BYTES && buffer_pin(b, "buffer") == 0) {
+  if (copied && size >= PJRT_PY_GIL_FREE_BYTES) {
+    pjrt_py_client* c = b->c;
+    client_enter_checked(c); /* b is live (checked above): cannot fail */
+    b->pins++;
     Py_BEGIN_ALLOW_THREADS
     memcpy(dst, (const void*)at.buffer_pointer, size);
     Py_END_ALLOW_THREADS
-    buffer_unpin(b); /* the external reference outlives any delete() meanwhile */
+    buffer_unpin(b); /* frees b now if another thread deleted it meanwhile */
+    client_leave(c);
   } else if (copied) {
-    PyErr_Clear(); /* a failed pin leaves the GIL held: copy under it */
     memcpy(dst, (const void*)at.buffer_pointer, size);
   }
   PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};

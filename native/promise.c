@@ -18,6 +18,7 @@ static PyObject* promise_new_blank(PyTypeObject* type, int kind, pjrt_py_client*
   if (p == NULL) return NULL;
   p->kind = kind;
   p->arity = 1;
+  p->one = NULL;
   p->buffers = NULL;
   p->array = NULL;
   p->c = c;
@@ -35,28 +36,49 @@ static PyObject* promise_new_blank(PyTypeObject* type, int kind, pjrt_py_client*
   return (PyObject*)p;
 }
 
-/* A promise of `buffers` (a tuple of Buffers; borrowed), all of one client. */
-static PyObject* promise_of_buffers(PyObject* buffers, int arity) {
-  BufferObject* first = (BufferObject*)PyTuple_GetItem(buffers, 0);
-  if (first == NULL) return NULL;
+/* A promise's buffers: one held directly (the common case, no tuple), or a
+ * tuple of several. */
+static Py_ssize_t promise_count(PromiseObject* p) {
+  if (p->one != NULL) return 1;
+  return p->buffers != NULL ? PyTuple_Size(p->buffers) : 0;
+}
+
+static BufferObject* promise_at(PromiseObject* p, Py_ssize_t i) {
+  return p->one != NULL ? p->one : (BufferObject*)PyTuple_GetItem(p->buffers, i);
+}
+
+static PromiseObject* promise_for_buffer(BufferObject* first, int arity) {
   if (first->c == NULL) {
     PyErr_SetString(PyExc_ValueError, buffer_dead_message(first));
     return NULL;
   }
   PromiseObject* p = (PromiseObject*)promise_new_blank(BufferPromiseType, PROMISE_BUFFERS, first->c);
+  if (p != NULL) p->arity = arity;
+  return p;
+}
+
+/* A promise of `buffers` (a tuple of Buffers; borrowed), all of one client. */
+static PyObject* promise_of_buffers(PyObject* buffers, int arity) {
+  BufferObject* first = (BufferObject*)PyTuple_GetItem(buffers, 0);
+  if (first == NULL) return NULL;
+  PromiseObject* p = promise_for_buffer(first, arity);
   if (p == NULL) return NULL;
-  Py_INCREF(buffers);
-  p->buffers = buffers;
-  p->arity = arity;
+  if (PyTuple_Size(buffers) == 1) {
+    Py_INCREF(first);
+    p->one = first;
+  } else {
+    Py_INCREF(buffers);
+    p->buffers = buffers;
+  }
   return (PyObject*)p;
 }
 
 static PyObject* promise_of_one(BufferObject* buffer) {
-  PyObject* buffers = PyTuple_Pack(1, (PyObject*)buffer);
-  if (buffers == NULL) return NULL;
-  PyObject* p = promise_of_buffers(buffers, 1);
-  Py_DECREF(buffers);
-  return p;
+  PromiseObject* p = promise_for_buffer(buffer, 1);
+  if (p == NULL) return NULL;
+  Py_INCREF(buffer);
+  p->one = buffer;
+  return (PyObject*)p;
 }
 
 static int promise_take_event(PromiseObject* p, PJRT_Event* event) {
@@ -89,7 +111,7 @@ static PyObject* promise_of_array(const PJRT_Api* api, PyObject* array, PyObject
   }
   p->array = array;
   Py_INCREF(source);
-  p->buffers = source;
+  p->one = b;
   if (promise_take_event(p, event) < 0) {
     Py_DECREF(p);
     return NULL;
@@ -105,27 +127,28 @@ static PyObject* promise_of_completion(pjrt_py_client* c, PJRT_Event* event) {
     return NULL;
   }
   p->arity = 0;
-  p->buffers = PyTuple_New(0);
-  if (p->buffers == NULL || promise_take_event(p, event) < 0) {
+  if (promise_take_event(p, event) < 0) {
     Py_DECREF(p);
     return NULL;
   }
   return (PyObject*)p;
 }
 
+static PyObject* buffer_promise_get_buffers(PromiseObject* p, void* unused);
+
 /* ---- events -------------------------------------------------------------- */
 
 /* Makes the buffers' ready events on first use. With the GIL. */
 static int promise_make_events(PromiseObject* p) {
   if (p->made) return 0;
-  Py_ssize_t n = PyTuple_Size(p->buffers);
+  Py_ssize_t n = promise_count(p);
   PJRT_Event** events = (PJRT_Event**)PyMem_Calloc((size_t)(n ? n : 1), sizeof(PJRT_Event*));
   if (events == NULL) {
     PyErr_NoMemory();
     return -1;
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
-    BufferObject* b = (BufferObject*)PyTuple_GetItem(p->buffers, i);
+    BufferObject* b = promise_at(p, i);
     PJRT_Error* error = NULL;
     if (buffer_live(b) == 0) {
       PJRT_Buffer_ReadyEvent_Args args = {0};
@@ -164,8 +187,7 @@ static void promise_harvest(PromiseObject* p) {
     }
   }
   if (p->kind == PROMISE_BUFFERS && p->error == NULL) {
-    for (Py_ssize_t i = 0; i < PyTuple_Size(p->buffers); ++i)
-      ((BufferObject*)PyTuple_GetItem(p->buffers, i))->ready = 1;
+    for (Py_ssize_t i = 0; i < promise_count(p); ++i) promise_at(p, i)->ready = 1;
   }
   p->done = 1;
 }
@@ -177,9 +199,9 @@ static PyObject* promise_result(PromiseObject* p) {
   } else if (p->arity == 0) {
     result = Py_None;
   } else if (p->arity == 1) {
-    result = PyTuple_GetItem(p->buffers, 0);
+    result = (PyObject*)promise_at(p, 0);
   } else {
-    result = p->buffers;
+    return buffer_promise_get_buffers(p, NULL);
   }
   Py_XINCREF(result);
   return result;
@@ -462,7 +484,7 @@ static void promise_dealloc(PromiseObject* p) {
       if (!allowed) continue; /* after fork or exit: never touch PJRT */
       if (p->kind == PROMISE_ARRAY && !p->done) {
         /* The copy may still write the array: keep it until it is done. */
-        PyObject* keep = PyTuple_Pack(2, p->array, p->buffers);
+        PyObject* keep = PyTuple_Pack(2, p->array, (PyObject*)p->one);
         if (keep == NULL) {
           PyErr_Clear();
           Py_XINCREF(p->array); /* cannot track it: keep the memory forever */
@@ -475,6 +497,7 @@ static void promise_dealloc(PromiseObject* p) {
     }
     PyMem_Free(p->events);
   }
+  Py_CLEAR(p->one);
   Py_CLEAR(p->buffers);
   Py_CLEAR(p->array);
   Py_CLEAR(p->error);
@@ -486,6 +509,7 @@ static void promise_dealloc(PromiseObject* p) {
 }
 
 static int promise_traverse(PromiseObject* p, visitproc visit, void* arg) {
+  Py_VISIT(p->one);
   Py_VISIT(p->buffers);
   Py_VISIT(p->array);
   Py_VISIT(p->error);
@@ -602,12 +626,12 @@ static PyObject* buffer_promise_new(PyTypeObject* type, PyObject* args, PyObject
 
 static PyObject* buffer_promise_buffer(PromiseObject* p, PyObject* unused) {
   (void)unused;
-  Py_ssize_t n = PyTuple_Size(p->buffers);
+  Py_ssize_t n = promise_count(p);
   if (n != 1) {
     return PyErr_Format(PyExc_ValueError,
                         "this promise holds %zd buffers; pick one with promise[i]", n);
   }
-  PyObject* b = PyTuple_GetItem(p->buffers, 0);
+  PyObject* b = (PyObject*)promise_at(p, 0);
   Py_INCREF(b);
   return b;
 }
@@ -628,20 +652,22 @@ static PyObject* buffer_promise_to_numpy(PromiseObject* p, PyObject* unused) {
   return out;
 }
 
-static Py_ssize_t buffer_promise_len(PromiseObject* p) { return PyTuple_Size(p->buffers); }
+static Py_ssize_t buffer_promise_len(PromiseObject* p) { return promise_count(p); }
 
 static PyObject* buffer_promise_item(PromiseObject* p, Py_ssize_t i) {
-  Py_ssize_t n = PyTuple_Size(p->buffers);
+  Py_ssize_t n = promise_count(p);
   if (i < 0) i += n;
   if (i < 0 || i >= n) {
     PyErr_SetString(PyExc_IndexError, "promise index out of range");
     return NULL;
   }
-  return promise_of_one((BufferObject*)PyTuple_GetItem(p->buffers, i));
+  return promise_of_one(promise_at(p, i));
 }
 
 static PyObject* buffer_promise_get_buffers(PromiseObject* p, void* unused) {
   (void)unused;
+  if (p->one != NULL) return PyTuple_Pack(1, (PyObject*)p->one);
+  if (p->buffers == NULL) return PyTuple_New(0);
   Py_INCREF(p->buffers);
   return p->buffers;
 }

@@ -115,7 +115,7 @@ static void* reaper_main(void* unused) {
     pjrt_py_client* done = NULL;
     for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
       /* An effects_barrier() may hold a reference while it waits. */
-      if (c->zombie && __atomic_load_n(&c->refs, __ATOMIC_ACQUIRE) == 0 &&
+      if (c->zombie && __atomic_load_n(&c->refs, __ATOMIC_RELAXED) == 0 &&
           completion_running(c) == 0) {
         done = c;
         break;
@@ -198,7 +198,7 @@ static bool registry_idle_locked(void) {
   if (g_reaping) return false;
   for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
     if (c->client == NULL) continue;
-    if (completion_running(c) != 0 || __atomic_load_n(&c->calls, __ATOMIC_ACQUIRE) != 0)
+    if (completion_running(c) != 0 || __atomic_load_n(&c->calls, __ATOMIC_RELAXED) != 0)
       return false;
   }
   return true;
@@ -253,7 +253,7 @@ static PyObject* core_exit_sequence(PyObject* self, PyObject* arg) {
   for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
     if (c->client == NULL) continue;
     long running = completion_running(c);
-    long calls = __atomic_load_n(&c->calls, __ATOMIC_ACQUIRE);
+    long calls = __atomic_load_n(&c->calls, __ATOMIC_RELAXED);
     /* A callback still inside Python could be on a thread the plugin
      * would join while this thread holds the GIL: destroy nothing then. */
     if (running != 0 || calls != 0 || (g_reaping && c->zombie) || callbacks_stuck) {
