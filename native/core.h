@@ -110,6 +110,12 @@ typedef struct {
   int arity;           /* buffers: 1 -> a Buffer, 0 -> None, else a tuple */
   BufferObject* one;   /* the one Buffer (buffers), or the copy's source (array) */
   PyObject* buffers;   /* a tuple of Buffers, where there are several or none */
+  /* A one-output execution's output until someone asks for its Buffer (most
+   * dispatched results are only chained or dropped): the handle, owned here. */
+  PJRT_Buffer* raw;
+  PyObject* raw_meta;
+  PyObject* owner; /* the Python Client, to make that Buffer */
+  int raw_ready;
   PyObject* array;     /* the numpy destination (array) */
   pjrt_py_client* c;   /* completion promises hold one reference */
   const PJRT_Api* api;
@@ -197,6 +203,9 @@ static PyTypeObject* BufferPromiseType;
 static PyTypeObject* ArrayPromiseType;
 static PyObject* promise_of_buffers(PyObject* buffers, int arity);
 static PyObject* promise_of_one(BufferObject* buffer);
+static PyObject* promise_of_output(PyObject* owner, pjrt_py_client* c, PJRT_Buffer* raw,
+                                   PyObject* meta);
+static BufferObject* promise_at(PromiseObject* p, Py_ssize_t i);
 static PyObject* promise_of_array(const PJRT_Api* api, PyObject* array, PyObject* source,
                                   PJRT_Event* event);
 static PyObject* promise_of_completion(pjrt_py_client* c, PJRT_Event* event);

@@ -166,12 +166,10 @@ static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, Buffer
     if (result == 0 && n_out == 0) {
       promise = promise_of_completion(c, events[d]);
       events[d] = NULL;
-    } else if (result == 0 && n_out == 1) {
+    } else if (result == 0 && n_out == 1) { /* the Buffer is made when asked for */
       PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, 0) : NULL;
-      BufferObject* b = buffer_wrap(self->client, c, outs[d], meta);
+      promise = promise_of_output(self->client, c, outs[d], meta);
       outs[d] = NULL;
-      promise = b ? promise_of_one(b) : NULL;
-      Py_XDECREF(b);
     } else if (result == 0) {
       PyObject* buffers = PyTuple_New((Py_ssize_t)n_out);
       for (size_t o = 0; buffers != NULL && o < n_out; ++o) {
@@ -244,8 +242,14 @@ static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* e
   if (Py_TYPE(arg) == BufferType) {
     b = (BufferObject*)arg;
   } else if (Py_TYPE(arg) == BufferPromiseType && ((PromiseObject*)arg)->kind == PROMISE_BUFFERS &&
-             ((PromiseObject*)arg)->one != NULL) {
-    b = ((PromiseObject*)arg)->one;
+             promise_count((PromiseObject*)arg) == 1) {
+    /* Made into a Buffer first: a pin belongs to a Buffer, and another thread
+     * could otherwise make (and delete) one while this call uses the handle. */
+    b = promise_at((PromiseObject*)arg, 0);
+    if (b == NULL) {
+      PyErr_Clear();
+      return NULL;
+    }
   } else {
     return NULL;
   }

@@ -20,6 +20,10 @@ static PyObject* promise_new_blank(PyTypeObject* type, int kind, pjrt_py_client*
   p->arity = 1;
   p->one = NULL;
   p->buffers = NULL;
+  p->raw = NULL;
+  p->raw_meta = NULL;
+  p->owner = NULL;
+  p->raw_ready = 0;
   p->array = NULL;
   p->c = c;
   client_ref(c);
@@ -36,15 +40,34 @@ static PyObject* promise_new_blank(PyTypeObject* type, int kind, pjrt_py_client*
   return (PyObject*)p;
 }
 
-/* A promise's buffers: one held directly (the common case, no tuple), or a
- * tuple of several. */
+/* A promise's buffers: one held directly (the common case, no tuple), one
+ * not made yet (raw), or a tuple of several. */
 static Py_ssize_t promise_count(PromiseObject* p) {
-  if (p->one != NULL) return 1;
+  if (p->one != NULL || p->raw != NULL) return 1;
   return p->buffers != NULL ? PyTuple_Size(p->buffers) : 0;
 }
 
+/* Buffer i (borrowed), made now from the raw handle if need be; NULL with an
+ * exception if that failed. */
 static BufferObject* promise_at(PromiseObject* p, Py_ssize_t i) {
-  return p->one != NULL ? p->one : (BufferObject*)PyTuple_GetItem(p->buffers, i);
+  if (p->raw != NULL) {
+    BufferObject* b = buffer_wrap(p->owner, p->c, p->raw, p->raw_meta);
+    p->raw = NULL; /* taken by b, or destroyed by buffer_wrap's failure */
+    Py_CLEAR(p->raw_meta);
+    if (b == NULL) return NULL;
+    b->ready = (unsigned char)p->raw_ready;
+    p->one = b;
+  }
+  if (p->one != NULL) return p->one;
+  return (BufferObject*)PyTuple_GetItem(p->buffers, i);
+}
+
+/* The PJRT handle of buffer i without making a Buffer; NULL with ValueError
+ * if that buffer is dead. */
+static PJRT_Buffer* promise_handle(PromiseObject* p, Py_ssize_t i) {
+  if (p->raw != NULL) return p->raw;
+  BufferObject* b = p->one != NULL ? p->one : (BufferObject*)PyTuple_GetItem(p->buffers, i);
+  return b != NULL && buffer_live(b) == 0 ? b->buf : NULL;
 }
 
 static PromiseObject* promise_for_buffer(BufferObject* first, int arity) {
@@ -70,6 +93,26 @@ static PyObject* promise_of_buffers(PyObject* buffers, int arity) {
     Py_INCREF(buffers);
     p->buffers = buffers;
   }
+  return (PyObject*)p;
+}
+
+/* A promise of one execution output, `raw` (taken, with a new client
+ * reference held by the promise), whose Buffer is made on first use. */
+static PyObject* promise_of_output(PyObject* owner, pjrt_py_client* c, PJRT_Buffer* raw,
+                                   PyObject* meta) {
+  PromiseObject* p = (PromiseObject*)promise_new_blank(BufferPromiseType, PROMISE_BUFFERS, c);
+  if (p == NULL) {
+    PJRT_Buffer_Destroy_Args args = {0};
+    args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+    args.buffer = raw;
+    error_destroy(c->api, c->api->PJRT_Buffer_Destroy(&args));
+    return NULL;
+  }
+  p->raw = raw;
+  Py_XINCREF(meta);
+  p->raw_meta = meta;
+  Py_INCREF(owner);
+  p->owner = owner;
   return (PyObject*)p;
 }
 
@@ -148,12 +191,12 @@ static int promise_make_events(PromiseObject* p) {
     return -1;
   }
   for (Py_ssize_t i = 0; i < n; ++i) {
-    BufferObject* b = promise_at(p, i);
+    PJRT_Buffer* handle = promise_handle(p, i);
     PJRT_Error* error = NULL;
-    if (buffer_live(b) == 0) {
+    if (handle != NULL) {
       PJRT_Buffer_ReadyEvent_Args args = {0};
       args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
-      args.buffer = b->buf;
+      args.buffer = handle;
       error = p->api->PJRT_Buffer_ReadyEvent(&args);
       if (error == NULL) events[i] = args.event;
     }
@@ -187,7 +230,10 @@ static void promise_harvest(PromiseObject* p) {
     }
   }
   if (p->kind == PROMISE_BUFFERS && p->error == NULL) {
-    for (Py_ssize_t i = 0; i < promise_count(p); ++i) promise_at(p, i)->ready = 1;
+    if (p->raw != NULL) p->raw_ready = 1;
+    if (p->one != NULL) p->one->ready = 1;
+    for (Py_ssize_t i = 0; p->buffers != NULL && i < PyTuple_Size(p->buffers); ++i)
+      ((BufferObject*)PyTuple_GetItem(p->buffers, i))->ready = 1;
   }
   p->done = 1;
 }
@@ -200,6 +246,7 @@ static PyObject* promise_result(PromiseObject* p) {
     result = Py_None;
   } else if (p->arity == 1) {
     result = (PyObject*)promise_at(p, 0);
+    if (result == NULL) return NULL;
   } else {
     return buffer_promise_get_buffers(p, NULL);
   }
@@ -497,6 +544,14 @@ static void promise_dealloc(PromiseObject* p) {
     }
     PyMem_Free(p->events);
   }
+  if (p->raw != NULL && state_pjrt_allowed(p->c)) {
+    PJRT_Buffer_Destroy_Args args = {0};
+    args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+    args.buffer = p->raw;
+    error_destroy(p->api, p->api->PJRT_Buffer_Destroy(&args));
+  }
+  Py_CLEAR(p->raw_meta);
+  Py_CLEAR(p->owner);
   Py_CLEAR(p->one);
   Py_CLEAR(p->buffers);
   Py_CLEAR(p->array);
@@ -510,6 +565,7 @@ static void promise_dealloc(PromiseObject* p) {
 
 static int promise_traverse(PromiseObject* p, visitproc visit, void* arg) {
   Py_VISIT(p->one);
+  Py_VISIT(p->owner);
   Py_VISIT(p->buffers);
   Py_VISIT(p->array);
   Py_VISIT(p->error);
@@ -632,7 +688,7 @@ static PyObject* buffer_promise_buffer(PromiseObject* p, PyObject* unused) {
                         "this promise holds %zd buffers; pick one with promise[i]", n);
   }
   PyObject* b = (PyObject*)promise_at(p, 0);
-  Py_INCREF(b);
+  Py_XINCREF(b);
   return b;
 }
 
@@ -661,12 +717,16 @@ static PyObject* buffer_promise_item(PromiseObject* p, Py_ssize_t i) {
     PyErr_SetString(PyExc_IndexError, "promise index out of range");
     return NULL;
   }
-  return promise_of_one(promise_at(p, i));
+  BufferObject* b = promise_at(p, i);
+  return b != NULL ? promise_of_one(b) : NULL;
 }
 
 static PyObject* buffer_promise_get_buffers(PromiseObject* p, void* unused) {
   (void)unused;
-  if (p->one != NULL) return PyTuple_Pack(1, (PyObject*)p->one);
+  if (p->one != NULL || p->raw != NULL) {
+    BufferObject* b = promise_at(p, 0);
+    return b != NULL ? PyTuple_Pack(1, (PyObject*)b) : NULL;
+  }
   if (p->buffers == NULL) return PyTuple_New(0);
   Py_INCREF(p->buffers);
   return p->buffers;
