@@ -16,7 +16,11 @@
 #include "client_ref.c"
 #include "host.c"
 #include "buffer.c"
+#include "buffer_type.c"
 #include "promise.c"
+#include "callbacks.c"
+#include "promise_types.c"
+#include "loaded.c"
 #include "executable.c"
 #include "client.c"
 

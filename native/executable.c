@@ -1,5 +1,5 @@
-/* Executables: Loaded owns a PJRT_LoadedExecutable; ExecutableCore is the
- * base of pjrt_py.Executable and holds its dispatch fast path.
+/* ExecutableCore: the base of pjrt_py.Executable, holding its dispatch fast
+ * path (the compiled program itself is a Loaded, loaded.c).
  *
  * The fast path runs a call from its arguments to the returned promise in C:
  * every argument a live Buffer (or a one-buffer BufferPromise) of this client
@@ -12,95 +12,7 @@
  * released around PJRT_LoadedExecutable_Execute.
  */
 
-static PyTypeObject* LoadedType;
 static PyTypeObject* ExecutableCoreType;
-
-/* ---- Loaded ------------------------------------------------------------------ */
-
-/* Loaded(client, address): takes a PJRT_LoadedExecutable of client's. */
-static PyObject* loaded_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject* client;
-  PyObject* address;
-  if (kwargs != NULL || !PyArg_ParseTuple(args, "OO:Loaded", &client, &address)) return NULL;
-  if (!PyObject_TypeCheck(client, ClientCoreType)) {
-    PyErr_SetString(PyExc_TypeError, "Loaded takes a Client");
-    return NULL;
-  }
-  pjrt_py_client* c = ((ClientCoreObject*)client)->c;
-  PJRT_LoadedExecutable* exe = (PJRT_LoadedExecutable*)PyLong_AsVoidPtr(address);
-  if (exe == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL executable");
-    return NULL;
-  }
-  if (c == NULL) {
-    PyErr_SetString(PyExc_ValueError, "the client is not attached");
-    return NULL;
-  }
-  LoadedObject* self = (LoadedObject*)PyType_GenericAlloc(type, 0);
-  if (self == NULL) return NULL; /* the executable leaks: it cannot be freed safely here */
-  self->c = c;
-  client_ref(c);
-  self->exe = exe;
-  PJRT_LoadedExecutable_GetExecutable_Args g = {0};
-  g.struct_size = PJRT_LoadedExecutable_GetExecutable_Args_STRUCT_SIZE;
-  g.loaded_executable = exe;
-  PJRT_Error* error = c->api->PJRT_LoadedExecutable_GetExecutable(&g);
-  if (error != NULL) {
-    Py_DECREF(self);
-    return raise_pjrt(c->api, error);
-  }
-  self->unloaded = g.executable;
-  return (PyObject*)self;
-}
-
-static void loaded_dealloc(LoadedObject* self) {
-  pjrt_py_client* c = self->c;
-  if (c != NULL && state_pjrt_allowed(c)) {
-    const PJRT_Api* api = c->api;
-    if (self->unloaded != NULL) {
-      PJRT_Executable_Destroy_Args args = {0};
-      args.struct_size = PJRT_Executable_Destroy_Args_STRUCT_SIZE;
-      args.executable = self->unloaded;
-      error_destroy(api, api->PJRT_Executable_Destroy(&args));
-    }
-    PJRT_LoadedExecutable_Destroy_Args args = {0};
-    args.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE;
-    args.executable = self->exe;
-    error_destroy(api, api->PJRT_LoadedExecutable_Destroy(&args));
-  }
-  if (c != NULL) client_unref(c);
-  PyTypeObject* type = Py_TYPE(self);
-  PyObject_Free(self);
-  Py_DECREF(type);
-}
-
-/* The addresses the cffi layer queries; valid while this object lives. */
-static PyObject* loaded_get_address(LoadedObject* self, void* unused) {
-  (void)unused;
-  return PyLong_FromVoidPtr(self->exe);
-}
-
-static PyObject* loaded_get_executable(LoadedObject* self, void* unused) {
-  (void)unused;
-  return PyLong_FromVoidPtr(self->unloaded);
-}
-
-static PyGetSetDef loaded_getset[] = {
-    {"address", (getter)loaded_get_address, NULL, "The PJRT_LoadedExecutable*.", NULL},
-    {"executable", (getter)loaded_get_executable, NULL, "Its PJRT_Executable*.", NULL},
-    {NULL, NULL, NULL, NULL, NULL},
-};
-
-static PyType_Slot loaded_slots[] = {
-    {Py_tp_doc, "Owns one compiled program (PJRT_LoadedExecutable); freed with the object."},
-    {Py_tp_new, loaded_new},
-    {Py_tp_dealloc, loaded_dealloc},
-    {Py_tp_getset, loaded_getset},
-    {0, NULL},
-};
-
-static PyType_Spec loaded_spec = {"pjrt_py._core.Loaded", sizeof(LoadedObject), 0,
-                                  Py_TPFLAGS_DEFAULT, loaded_slots};
 
 /* ---- running ------------------------------------------------------------------ */
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ._ffi import ffi
-from .plugin import address, named_values
+from .plugin import Plugin, address, named_values
 
-if TYPE_CHECKING:
-    from .client import Client
+
+class Owner(Protocol):
+    """What a Device reads of the Client that made it (a ``pjrt_py.Client``)."""
+
+    @property
+    def plugin(self) -> Plugin: ...
+    @property
+    def platform_name(self) -> str: ...
 
 
 class Device:
@@ -30,7 +36,7 @@ class Device:
         Plugin-specific attributes.
     """
 
-    def __init__(self, client: Client, ptr: Any) -> None:
+    def __init__(self, client: Owner, ptr: Any) -> None:
         self.client = client
         self._ptr = ptr
         self._addr = address(ptr)  # what the native core takes

@@ -1,0 +1,240 @@
+/* pjrt_py.Buffer's Python face: reading data out, devices, copies and
+ * pickling, and the type itself. Lifetime and metadata are in buffer.c. */
+
+/* ---- device to host -------------------------------------------------------------- */
+
+/* A new numpy array, copied from b: returned (wait) or as an ArrayPromise.
+ * Ready CPU buffers up to direct_limit bytes are read at once. */
+static PyObject* buffer_copy_out(BufferObject* b, size_t direct_limit, int wait) {
+  if (buffer_live(b) < 0) return NULL;
+  PyObject* meta = buffer_meta(b);
+  if (meta == NULL) return NULL;
+  npy_intp dims[PJRT_PY_MAX_RANK];
+  int ndim;
+  PyArray_Descr* descr;
+  if (meta_unpack(meta, dims, &ndim, &descr) < 0) return NULL;
+  Py_INCREF(descr);
+  PyObject* array = PyArray_Empty(ndim, dims, descr, 0);
+  if (array == NULL) return NULL;
+  size_t nbytes = (size_t)PyArray_NBYTES((PyArrayObject*)array);
+  void* data = PyArray_DATA((PyArrayObject*)array);
+  const PJRT_Api* api = b->c->api;
+  if (nbytes == 0 || (nbytes <= direct_limit && buffer_read_direct(b, data, nbytes, (size_t)ndim)))
+    return wait ? array : promise_of_array(api, array, (PyObject*)b, NULL);
+  PJRT_Event* done = NULL;
+  PJRT_Error* error = buffer_to_host(b, data, nbytes, (size_t)ndim, &done);
+  if (error != NULL) {
+    Py_DECREF(array);
+    return raise_pjrt(api, error);
+  }
+  PyObject* promise = promise_of_array(api, array, (PyObject*)b, done);
+  if (promise == NULL || !wait) return promise;
+  PyObject* value = promise_value_impl((PromiseObject*)promise, -1);
+  Py_DECREF(promise);
+  return value;
+}
+
+static PyObject* buffer_to_numpy_async(BufferObject* b, PyObject* unused) {
+  (void)unused;
+  return buffer_copy_out(b, PJRT_PY_DIRECT_READ_BYTES, 0);
+}
+
+/* The caller waits anyway: a ready CPU buffer of any size is read directly,
+ * at memcpy speed (the plugin's own copy is slower for large buffers). */
+static PyObject* buffer_to_numpy(BufferObject* b, PyObject* unused) {
+  (void)unused;
+  return buffer_copy_out(b, (size_t)-1, 1);
+}
+
+static PyObject* buffer_array(BufferObject* b, PyObject* args, PyObject* kwargs) {
+  static char* names[] = {"dtype", "copy", NULL};
+  PyObject* dtype = Py_None;
+  PyObject* copy = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:__array__", names, &dtype, &copy))
+    return NULL;
+  PyObject* array = buffer_to_numpy(b, NULL);
+  if (array == NULL || dtype == Py_None) return array;
+  PyObject* astype = PyObject_GetAttrString(array, "astype");
+  PyObject* pos = astype ? PyTuple_Pack(1, dtype) : NULL;
+  PyObject* kw = pos ? Py_BuildValue("{s:O}", "copy", Py_False) : NULL;
+  PyObject* cast = kw ? PyObject_Call(astype, pos, kw) : NULL;
+  Py_XDECREF(kw);
+  Py_XDECREF(pos);
+  Py_XDECREF(astype);
+  Py_DECREF(array);
+  return cast;
+}
+
+/* ---- devices --------------------------------------------------------------------- */
+
+static PyObject* buffer_copy_to_device_async(BufferObject* b, PyObject* device) {
+  if (buffer_live(b) < 0) return NULL;
+  PyObject* target = PyObject_CallMethod(b->client, "_target", "O", device);
+  if (target == NULL) return NULL;
+  PyObject* address = PyObject_GetAttrString(target, "_addr");
+  Py_DECREF(target);
+  if (address == NULL) return NULL;
+  PJRT_Device* dst = (PJRT_Device*)PyLong_AsVoidPtr(address);
+  Py_DECREF(address);
+  if (PyErr_Occurred() || buffer_live(b) < 0) return NULL; /* _target ran Python */
+  PJRT_Buffer_CopyToDevice_Args args = {0};
+  args.struct_size = PJRT_Buffer_CopyToDevice_Args_STRUCT_SIZE;
+  args.buffer = b->buf;
+  args.dst_device = dst;
+  PJRT_Error* error = b->c->api->PJRT_Buffer_CopyToDevice(&args);
+  if (error != NULL) return raise_pjrt(b->c->api, error);
+  BufferObject* copy = buffer_wrap(b->client, b->c, args.dst_buffer, b->meta);
+  if (copy == NULL) return NULL;
+  PyObject* promise = promise_of_one(copy);
+  Py_DECREF(copy);
+  return promise;
+}
+
+static PyObject* buffer_copy_to_device(BufferObject* b, PyObject* device) {
+  PyObject* promise = buffer_copy_to_device_async(b, device);
+  if (promise == NULL) return NULL;
+  PyObject* value = promise_value_impl((PromiseObject*)promise, -1);
+  Py_DECREF(promise);
+  return value;
+}
+
+static PyObject* buffer_unsafe_pointer(BufferObject* b, PyObject* unused) {
+  (void)unused;
+  if (buffer_live(b) < 0) return NULL;
+  PJRT_Buffer_UnsafePointer_Args args = {0};
+  args.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
+  args.buffer = b->buf;
+  PJRT_Error* error = b->c->api->PJRT_Buffer_UnsafePointer(&args);
+  if (error != NULL) return raise_pjrt(b->c->api, error);
+  return PyLong_FromUnsignedLongLong((unsigned long long)args.buffer_pointer);
+}
+
+/* ---- copies and pickling ------------------------------------------------------------
+ * Like a jax.Array: copy.copy and copy.deepcopy make a new buffer with the
+ * same data on the same device (so deleting or donating one leaves the other
+ * alone); pickling stores the data and the device id, and unpickling places it
+ * with pjrt_py.default_client() (see pjrt_py.buffer._unpickle). */
+
+static PyObject* buffer_copy(BufferObject* b, PyObject* unused) {
+  (void)unused;
+  PyObject* device = buffer_get_device(b, NULL);
+  if (device == NULL) return NULL;
+  PyObject* promise = buffer_copy_to_device_async(b, device);
+  Py_DECREF(device);
+  if (promise == NULL) return NULL;
+  PyObject* copy = (PyObject*)((PromiseObject*)promise)->one;
+  Py_INCREF(copy);
+  Py_DECREF(promise);
+  return copy;
+}
+
+static PyObject* buffer_deepcopy(BufferObject* b, PyObject* memo) {
+  (void)memo;
+  return buffer_copy(b, NULL);
+}
+
+static PyObject* buffer_reduce(BufferObject* b, PyObject* unused) {
+  (void)unused;
+  if (hook_unpickle == NULL) {
+    PyErr_SetString(PyExc_TypeError, "pjrt_py.buffer is not initialised");
+    return NULL;
+  }
+  PyObject* device = buffer_get_device(b, NULL);
+  if (device == NULL) return NULL;
+  PyObject* id = PyObject_GetAttrString(device, "id");
+  Py_DECREF(device);
+  if (id == NULL) return NULL;
+  PyObject* array = buffer_to_numpy(b, NULL);
+  if (array == NULL) {
+    Py_DECREF(id);
+    return NULL;
+  }
+  PyObject* reduced = Py_BuildValue("O(NN)", hook_unpickle, array, id);
+  return reduced;
+}
+
+static PyObject* buffer_repr(BufferObject* b) {
+  if (b->state != BUF_LIVE) return PyUnicode_FromString("<Buffer deleted>");
+  PyObject* meta = buffer_meta(b);
+  PyObject* device = meta ? buffer_get_device(b, NULL) : NULL;
+  if (device == NULL) {
+    PyErr_Clear(); /* a closed client: say what is known */
+    return PyUnicode_FromFormat("<Buffer %s>", meta ? "" : "(metadata unavailable)");
+  }
+  PyObject* shape = PySequence_List(PyTuple_GetItem(meta, 0));
+  PyObject* text = shape ? PyUnicode_FromFormat("<Buffer %S%S on %R>", PyTuple_GetItem(meta, 1),
+                                                shape, device)
+                         : NULL;
+  Py_XDECREF(shape);
+  Py_DECREF(device);
+  return text;
+}
+
+static PyMethodDef buffer_methods[] = {
+    {"delete", (PyCFunction)buffer_delete, METH_NOARGS,
+     "Free the device memory once pending work is done. Idempotent; later uses raise."},
+    {"is_ready", (PyCFunction)buffer_is_ready, METH_NOARGS,
+     "Whether the buffer's data is there (never blocks)."},
+    {"block_until_ready", (PyCFunction)buffer_block_until_ready, METH_NOARGS,
+     "Wait until the data is there; raise the error of the work that made it."},
+    {"to_numpy_async", (PyCFunction)buffer_to_numpy_async, METH_NOARGS,
+     "Start copying to a new numpy array (dense, row-major); returns an ArrayPromise at once."},
+    {"to_numpy", (PyCFunction)buffer_to_numpy, METH_NOARGS,
+     "Copy to a new numpy array, waiting for the data."},
+    {"__array__", (PyCFunction)(void (*)(void))buffer_array, METH_VARARGS | METH_KEYWORDS, NULL},
+    {"copy_to_device_async", (PyCFunction)buffer_copy_to_device_async, METH_O,
+     "Start copying to another device of the same client; a BufferPromise at once.\n\n"
+     "PJRT_Buffer_CopyToDevice: the copy waits for this buffer's pending work on\n"
+     "the device side, not on the host."},
+    {"copy_to_device", (PyCFunction)buffer_copy_to_device, METH_O,
+     "Copy to another device of the same client, and wait until it is there."},
+    {"unsafe_pointer", (PyCFunction)buffer_unsafe_pointer, METH_NOARGS,
+     "The buffer's device address as PJRT reports it (debugging only)."},
+    {"_metadata", (PyCFunction)buffer_metadata, METH_NOARGS, NULL},
+    {"_pjrt_deleted", (PyCFunction)buffer_pjrt_deleted, METH_NOARGS, NULL},
+    {"_retire_donated", (PyCFunction)buffer_retire_donated, METH_NOARGS, NULL},
+    {"__copy__", (PyCFunction)buffer_copy, METH_NOARGS, NULL},
+    {"__deepcopy__", (PyCFunction)buffer_deepcopy, METH_O, NULL},
+    {"__reduce__", (PyCFunction)buffer_reduce, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef buffer_getset[] = {
+    {"shape", (getter)buffer_get_shape, NULL, "The shape, a tuple of ints.", NULL},
+    {"dtype", (getter)buffer_get_dtype, NULL, "The numpy dtype.", NULL},
+    {"ndim", (getter)buffer_get_ndim, NULL, NULL, NULL},
+    {"size", (getter)buffer_get_size, NULL, "The number of elements.", NULL},
+    {"nbytes", (getter)buffer_get_nbytes, NULL, NULL, NULL},
+    {"device", (getter)buffer_get_device, NULL, "The Device holding the data.", NULL},
+    {"client", (getter)buffer_get_client, NULL, "The Client that owns the buffer.", NULL},
+    {"is_deleted", (getter)buffer_get_is_deleted, NULL, "Deleted, or donated to an execution.",
+     NULL},
+    {"_meta", (getter)buffer_get_meta, NULL, NULL, NULL},
+    {"_host_aliased", (getter)buffer_get_host_aliased, NULL, NULL, NULL},
+    {"_handle", (getter)buffer_get_handle, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef buffer_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(BufferObject, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot buffer_slots[] = {
+    {Py_tp_doc, "An array on a device, owned by a pjrt_py.Client.\n\n"
+                "Made by Client.buffer / Client.buffer_async or by executions. Shape,\n"
+                "dtype and device are read from PJRT on first use."},
+    {Py_tp_new, buffer_new},
+    {Py_tp_dealloc, buffer_dealloc},
+    {Py_tp_traverse, buffer_traverse},
+    {Py_tp_repr, buffer_repr},
+    {Py_tp_methods, buffer_methods},
+    {Py_tp_getset, buffer_getset},
+    {Py_tp_members, buffer_members},
+    {0, NULL},
+};
+
+static PyType_Spec buffer_spec = {
+    "pjrt_py.Buffer", sizeof(BufferObject), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    buffer_slots,
+};

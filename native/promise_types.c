@@ -1,0 +1,300 @@
+/* The promise types: pjrt_py.Promise, BufferPromise and ArrayPromise.
+ *
+ * Promises stand for one piece of running work: they are shared, never copied
+ * or pickled.
+ */
+
+static PyObject* promise_repr(PromiseObject* p) {
+  PyObject* ready = promise_is_ready(p, NULL);
+  const char* state = "pending";
+  if (ready == NULL) {
+    PyErr_Clear();
+    state = "unavailable";
+  } else if (ready == Py_True) {
+    state = "ready";
+  }
+  Py_XDECREF(ready);
+  PyObject* name = PyObject_GetAttrString((PyObject*)Py_TYPE(p), "__name__");
+  if (name == NULL) return NULL;
+  PyObject* text = PyUnicode_FromFormat("<%U %s>", name, state);
+  Py_DECREF(name);
+  return text;
+}
+
+static PyObject* promise_no_copy(PyObject* p, PyObject* unused) {
+  (void)unused;
+  PyObject* name = PyObject_GetAttrString((PyObject*)Py_TYPE(p), "__name__");
+  if (name == NULL) return NULL;
+  PyErr_Format(PyExc_TypeError,
+               "a %U cannot be copied or pickled: it stands for work in flight; share the "
+               "object, or copy its value()",
+               name);
+  Py_DECREF(name);
+  return NULL;
+}
+
+static PyObject* promise_event_count(PromiseObject* p, void* unused) {
+  (void)unused;
+  return PyLong_FromLong(p->made ? p->num_events : -1);
+}
+
+static void promise_dealloc(PromiseObject* p) {
+  PyObject_GC_UnTrack(p);
+  if (p->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject*)p);
+  if (p->events != NULL) {
+    bool allowed = p->c->generation == g_generation && phase() != PHASE_FINISHED;
+    for (int i = 0; i < p->num_events; ++i) {
+      if (!allowed) continue; /* after fork or exit: never touch PJRT */
+      if (p->kind == PROMISE_ARRAY && !p->done) {
+        /* The copy may still write the array: keep it until it is done. */
+        PyObject* keep = PyTuple_Pack(2, p->array, (PyObject*)p->one);
+        if (keep == NULL) {
+          PyErr_Clear();
+          Py_XINCREF(p->array); /* cannot track it: keep the memory forever */
+        }
+        release_on_ready(p->api, p->events[i], keep);
+        Py_XDECREF(keep);
+      } else {
+        event_destroy(p->api, p->events[i]);
+      }
+    }
+    PyMem_Free(p->events);
+  }
+  if (p->raw != NULL && state_pjrt_allowed(p->c)) {
+    PJRT_Buffer_Destroy_Args args = {0};
+    args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+    args.buffer = p->raw;
+    error_destroy(p->api, p->api->PJRT_Buffer_Destroy(&args));
+  }
+  Py_CLEAR(p->raw_meta);
+  Py_CLEAR(p->owner);
+  Py_CLEAR(p->one);
+  Py_CLEAR(p->buffers);
+  Py_CLEAR(p->array);
+  Py_CLEAR(p->error);
+  Py_CLEAR(p->callbacks);
+  client_unref(p->c);
+  PyTypeObject* type = Py_TYPE(p);
+  PyObject_GC_Del(p);
+  Py_DECREF(type);
+}
+
+static int promise_traverse(PromiseObject* p, visitproc visit, void* arg) {
+  Py_VISIT(p->one);
+  Py_VISIT(p->owner);
+  Py_VISIT(p->buffers);
+  Py_VISIT(p->array);
+  Py_VISIT(p->error);
+  Py_VISIT(p->callbacks);
+  Py_VISIT(Py_TYPE(p));
+  return 0;
+}
+
+static int promise_clear(PromiseObject* p) {
+  Py_CLEAR(p->callbacks); /* callbacks are what close cycles back to a promise */
+  Py_CLEAR(p->error);
+  return 0;
+}
+
+static PyObject* promise_base_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  (void)args;
+  (void)kwargs;
+  PyObject* name = PyObject_GetAttrString((PyObject*)type, "__name__");
+  if (name == NULL) return NULL;
+  PyErr_Format(PyExc_TypeError, "%U objects are made by pjrt_py's async calls", name);
+  Py_DECREF(name);
+  return NULL;
+}
+
+static PyMethodDef promise_methods[] = {
+    {"value", (PyCFunction)(void (*)(void))promise_value, METH_FASTCALL | METH_KEYWORDS,
+     "value(timeout=None)\n--\n\n"
+     "Wait (GIL released, Ctrl-C raises KeyboardInterrupt) for the work and return its\n"
+     "result. timeout: seconds (inf or None: forever). Raises TimeoutError if it passes\n"
+     "first (the work goes on), or the PjrtError of the work if it failed."},
+    {"is_ready", (PyCFunction)promise_is_ready, METH_NOARGS,
+     "True once the work is complete (or has failed). Never blocks."},
+    {"exception", (PyCFunction)promise_exception, METH_NOARGS,
+     "The PjrtError of the work once ready (blocks until then), else None."},
+    {"block_until_ready", (PyCFunction)promise_block_until_ready, METH_NOARGS,
+     "Wait for the work; raise its error if it failed. Returns self."},
+    {"add_done_callback", (PyCFunction)promise_add_done_callback, METH_O,
+     "Call fn(promise) once the work is complete.\n\n"
+     "Runs at once if the promise is ready, else on a PJRT thread when the work\n"
+     "completes: keep fn short and thread-safe. An exception from fn is logged\n"
+     "(logger 'pjrt_py') and never stops the other callbacks."},
+    {"__copy__", (PyCFunction)promise_no_copy, METH_NOARGS, NULL},
+    {"__deepcopy__", (PyCFunction)promise_no_copy, METH_O, NULL},
+    {"__reduce__", (PyCFunction)promise_no_copy, METH_NOARGS, NULL},
+    {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef promise_getset[] = {
+    {"_event_count", (getter)promise_event_count, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef promise_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(PromiseObject, weakrefs), READONLY, NULL},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot promise_slots[] = {
+    {Py_tp_doc, "The result of asynchronous work: value(), is_ready(), await."},
+    {Py_tp_new, promise_base_new},
+    {Py_tp_dealloc, promise_dealloc},
+    {Py_tp_traverse, promise_traverse},
+    {Py_tp_clear, promise_clear},
+    {Py_tp_repr, promise_repr},
+    {Py_am_await, promise_await},
+    {Py_tp_methods, promise_methods},
+    {Py_tp_getset, promise_getset},
+    {Py_tp_members, promise_members},
+    {0, NULL},
+};
+
+static PyType_Spec promise_spec = {
+    "pjrt_py.Promise", sizeof(PromiseObject), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_BASETYPE, promise_slots,
+};
+
+/* ---- BufferPromise ---------------------------------------------------------------- */
+
+/* BufferPromise(buffers, arity=1): a promise of Buffers already made. */
+static PyObject* buffer_promise_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  (void)type;
+  static char* names[] = {"buffers", "arity", NULL};
+  PyObject* buffers;
+  int arity = 1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|i:BufferPromise", names, &buffers, &arity))
+    return NULL;
+  PyObject* tuple = PySequence_Tuple(buffers);
+  if (tuple == NULL) return NULL;
+  Py_ssize_t n = PyTuple_Size(tuple);
+  PyObject* result = NULL;
+  if (n == 0) {
+    PyErr_SetString(PyExc_ValueError, "BufferPromise needs at least one Buffer");
+  } else {
+    BufferObject* first = (BufferObject*)PyTuple_GetItem(tuple, 0);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      BufferObject* b = (BufferObject*)PyTuple_GetItem(tuple, i);
+      if (Py_TYPE(b) != BufferType) {
+        PyObject* name = type_name((PyObject*)b);
+        PyErr_Format(PyExc_TypeError, "BufferPromise takes Buffers, not %U", name);
+        Py_DECREF(name);
+        break;
+      }
+      if (b->c != first->c || b->c == NULL) {
+        PyErr_SetString(PyExc_ValueError, "BufferPromise takes live Buffers of one client");
+        break;
+      }
+    }
+    if (!PyErr_Occurred()) result = promise_of_buffers(tuple, arity);
+  }
+  Py_DECREF(tuple);
+  return result;
+}
+
+static PyObject* buffer_promise_buffer(PromiseObject* p, PyObject* unused) {
+  (void)unused;
+  Py_ssize_t n = promise_count(p);
+  if (n != 1) {
+    return PyErr_Format(PyExc_ValueError,
+                        "this promise holds %zd buffers; pick one with promise[i]", n);
+  }
+  PyObject* b = (PyObject*)promise_at(p, 0);
+  Py_XINCREF(b);
+  return b;
+}
+
+static PyObject* buffer_promise_to_numpy_async(PromiseObject* p, PyObject* unused) {
+  PyObject* b = buffer_promise_buffer(p, unused);
+  if (b == NULL) return NULL;
+  PyObject* out = buffer_copy_out((BufferObject*)b, PJRT_PY_DIRECT_READ_BYTES, 0);
+  Py_DECREF(b);
+  return out;
+}
+
+static PyObject* buffer_promise_to_numpy(PromiseObject* p, PyObject* unused) {
+  PyObject* b = buffer_promise_buffer(p, unused);
+  if (b == NULL) return NULL;
+  PyObject* out = buffer_copy_out((BufferObject*)b, (size_t)-1, 1);
+  Py_DECREF(b);
+  return out;
+}
+
+static Py_ssize_t buffer_promise_len(PromiseObject* p) { return promise_count(p); }
+
+static PyObject* buffer_promise_item(PromiseObject* p, Py_ssize_t i) {
+  Py_ssize_t n = promise_count(p);
+  if (i < 0) i += n;
+  if (i < 0 || i >= n) {
+    PyErr_SetString(PyExc_IndexError, "promise index out of range");
+    return NULL;
+  }
+  BufferObject* b = promise_at(p, i);
+  return b != NULL ? promise_of_one(b) : NULL;
+}
+
+static PyObject* buffer_promise_get_buffers(PromiseObject* p, void* unused) {
+  (void)unused;
+  if (p->one != NULL || p->raw != NULL) {
+    BufferObject* b = promise_at(p, 0);
+    return b != NULL ? PyTuple_Pack(1, (PyObject*)b) : NULL;
+  }
+  if (p->buffers == NULL) return PyTuple_New(0);
+  Py_INCREF(p->buffers);
+  return p->buffers;
+}
+
+static PyMethodDef buffer_promise_methods[] = {
+    {"buffer", (PyCFunction)buffer_promise_buffer, METH_NOARGS,
+     "The single buffer, without waiting (for chaining)."},
+    {"to_numpy_async", (PyCFunction)buffer_promise_to_numpy_async, METH_NOARGS,
+     "Chain a device-to-host copy after the work; returns an ArrayPromise at once."},
+    {"to_numpy", (PyCFunction)buffer_promise_to_numpy, METH_NOARGS,
+     "Wait for the work and copy the single buffer to a new numpy array."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef buffer_promise_getset[] = {
+    {"_buffers", (getter)buffer_promise_get_buffers, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot buffer_promise_slots[] = {
+    {Py_tp_doc, "Device buffers that may still be computing or transferring.\n\n"
+                "value() gives a Buffer (one output), a tuple of them (several outputs), or\n"
+                "None (a program with no outputs). A promise of one buffer is a valid\n"
+                "argument to the next execution: PJRT orders the work itself, with no host\n"
+                "wait."},
+    {Py_tp_new, buffer_promise_new},
+    {Py_tp_traverse, promise_traverse},
+    {Py_tp_clear, promise_clear},
+    {Py_tp_dealloc, promise_dealloc},
+    {Py_tp_methods, buffer_promise_methods},
+    {Py_tp_getset, buffer_promise_getset},
+    {Py_sq_length, buffer_promise_len},
+    {Py_sq_item, buffer_promise_item},
+    {0, NULL},
+};
+
+static PyType_Spec buffer_promise_spec = {
+    "pjrt_py.BufferPromise", sizeof(PromiseObject), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    buffer_promise_slots,
+};
+
+static PyType_Slot array_promise_slots[] = {
+    {Py_tp_doc, "A numpy array being filled by a device-to-host copy."},
+    {Py_tp_new, promise_base_new},
+    {Py_tp_traverse, promise_traverse},
+    {Py_tp_clear, promise_clear},
+    {Py_tp_dealloc, promise_dealloc},
+    {0, NULL},
+};
+
+static PyType_Spec array_promise_spec = {
+    "pjrt_py.ArrayPromise", sizeof(PromiseObject), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    array_promise_slots,
+};
