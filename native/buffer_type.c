@@ -16,6 +16,12 @@ static PyObject* buffer_copy_out(BufferObject* b, size_t direct_limit, int wait)
   Py_INCREF(descr);
   PyObject* array = PyArray_Empty(ndim, dims, descr, 0);
   if (array == NULL) return NULL;
+  /* An allocation may run the garbage collector, and a finalizer may let
+   * another thread delete b: check again before using the handle. */
+  if (buffer_live(b) < 0) {
+    Py_DECREF(array);
+    return NULL;
+  }
   size_t nbytes = (size_t)PyArray_NBYTES((PyArrayObject*)array);
   void* data = PyArray_DATA((PyArrayObject*)array);
   const PJRT_Api* api = b->c->api;

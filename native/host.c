@@ -288,15 +288,17 @@ static int buffer_read_direct(BufferObject* b, void* dst, size_t size, size_t nd
   error = api->PJRT_Buffer_UnsafePointer(&at);
   int copied = error == NULL;
   error_destroy(api, error);
-  if (copied && size >= PJRT_PY_GIL_FREE_BYTES) {
-    pjrt_py_client* c = b->c;
-    client_enter_checked(c); /* b is live (checked above): cannot fail */
+  /* A large copy runs without the GIL, with b pinned: a delete() from
+   * another thread meanwhile leaves the handle for the unpin below, which
+   * must come after the external reference is dropped. */
+  bool unlocked = copied && size >= PJRT_PY_GIL_FREE_BYTES;
+  pjrt_py_client* c = b->c;
+  if (unlocked) {
+    client_enter_checked(c); /* b is live (checked above): c takes work */
     b->pins++;
     Py_BEGIN_ALLOW_THREADS
     memcpy(dst, (const void*)at.buffer_pointer, size);
     Py_END_ALLOW_THREADS
-    buffer_unpin(b); /* frees b now if another thread deleted it meanwhile */
-    client_leave(c);
   } else if (copied) {
     memcpy(dst, (const void*)at.buffer_pointer, size);
   }
@@ -304,6 +306,10 @@ static int buffer_read_direct(BufferObject* b, void* dst, size_t size, size_t nd
   dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
   dec.buffer = b->buf;
   error_destroy(api, api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
+  if (unlocked) {
+    buffer_unpin(b); /* frees the handle now if another thread deleted b */
+    client_leave(c);
+  }
   return copied;
 }
 

@@ -211,11 +211,12 @@ class CompiledProgram:
         return MemoryStats(**{f: int(getattr(args, f)) for f in MemoryStats.__dataclass_fields__})
 
     def serialize(self, signature: list[ArgSpec] | None) -> bytes:
-        args = self._invoke("PJRT_Executable_Serialize")
-        try:
-            payload = ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
-        finally:
-            args.serialized_executable_deleter(args.serialized_executable)
+        with self.client._pinned():
+            args = self._invoke("PJRT_Executable_Serialize")
+            try:
+                payload = ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
+            finally:
+                args.serialized_executable_deleter(args.serialized_executable)
         identity = serialization.plugin_identity(self.client)
         return serialization.pack(identity, signature, payload)
 
