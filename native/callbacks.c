@@ -89,11 +89,7 @@ static PyObject* promise_add_done_callback(PromiseObject* p, PyObject* fn) {
     Py_DECREF(name);
     return NULL;
   }
-  if (!p->done) {
-    PyObject* ready = promise_is_ready(p, NULL);
-    if (ready == NULL) return NULL;
-    Py_DECREF(ready);
-  }
+  if (promise_poll(p) < 0) return NULL;
   if (p->done) {
     PyObject* one = PyList_New(1);
     if (one == NULL) return NULL;
