@@ -62,11 +62,11 @@ static void client_unref(pjrt_py_client* c) {
   /* Inherited from a parent process: its threads are gone; leave it. At exit:
    * exit_sequence() decides (it is still in the registry). */
   if (c->generation != g_generation || phase() != PHASE_RUNNING) return;
-  if (__atomic_load_n(&c->zombie, __ATOMIC_ACQUIRE)) { /* an effects_barrier() let go */
-    reaper_adopt(c);
-    return;
-  }
-  if (completion_running(c) != 0) {
+  /* The reaper's thread destroys it when: an effects_barrier() let go of a
+   * zombie; executions still run (destroying would wait for them); or this
+   * is a PJRT thread, inside a callback (the plugin would join itself). */
+  if (__atomic_load_n(&c->zombie, __ATOMIC_ACQUIRE) || completion_running(c) != 0 ||
+      t_in_callback > 0) {
     reaper_adopt(c);
     return;
   }

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 enum { PHASE_RUNNING = 0, PHASE_EXITING = 1, PHASE_FINISHED = 2 };
 
@@ -70,15 +71,23 @@ static int state_check_usable(const pjrt_py_client* c, const char* what) {
 
 /* ---- the gate: PJRT threads entering Python ------------------------------ */
 
+/* How deep this thread is in callbacks that entered Python from PJRT. A
+ * client whose last reference goes there must not be destroyed there: the
+ * plugin would join the very thread doing it (client_unref hands it to the
+ * reaper instead). */
+static _Thread_local int t_in_callback = 0;
+
 static bool gate_enter(void) {
   pthread_mutex_lock(&g_gate_mu);
   bool open = !g_gate_closed;
   if (open) g_gate_active++;
   pthread_mutex_unlock(&g_gate_mu);
+  if (open) t_in_callback++;
   return open;
 }
 
 static void gate_leave(void) {
+  t_in_callback--;
   pthread_mutex_lock(&g_gate_mu);
   if (--g_gate_active == 0) pthread_cond_broadcast(&g_gate_cv);
   pthread_mutex_unlock(&g_gate_mu);
@@ -204,6 +213,18 @@ static bool registry_idle_locked(void) {
   return true;
 }
 
+/* Where a client was left running, the process must end before the C
+ * library runs the plugin's static destructors under its still-running
+ * threads (which crashes it now and then). Registered last, this runs first
+ * in exit(), after Python has finalized: it flushes C stdio and ends the
+ * process with exit()'s own status. glibc only (on_exit passes the status);
+ * elsewhere the destructors run as before. */
+static void quick_exit_handler(int status, void* unused) {
+  (void)unused;
+  fflush(NULL);
+  _exit(status);
+}
+
 /* exit_sequence(timeout) -> number of clients left undestroyed. */
 static PyObject* core_exit_sequence(PyObject* self, PyObject* arg) {
   (void)self;
@@ -270,6 +291,9 @@ static PyObject* core_exit_sequence(PyObject* self, PyObject* arg) {
   __atomic_store_n(&g_phase, PHASE_FINISHED, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&g_registry_cv); /* the reaper ends */
   pthread_mutex_unlock(&g_registry_mu);
+#ifdef __GLIBC__
+  if (skipped) on_exit(quick_exit_handler, NULL);
+#endif
   fflush(stderr);
   return PyLong_FromLong(skipped);
 }

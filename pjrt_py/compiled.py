@@ -68,7 +68,7 @@ class CompiledProgram:
 
     def __init__(self, client: _Client, loaded: _core.Loaded, signature: list[ArgSpec] | None):
         self.client = client
-        self.loaded = loaded
+        self.loaded: _core.Loaded | None = loaded  # None in a deleted executable's copy
         self.name: str = self._string("PJRT_Executable_Name", "executable_name")
         self.num_outputs: int = self._invoke("PJRT_Executable_NumOutputs").num_outputs
         devs = client.plugin.invoke(
@@ -95,13 +95,18 @@ class CompiledProgram:
         self.out_metas: tuple[Meta, ...] | None = self._static_outputs(shape)
 
     # -- PJRT queries ---------------------------------------------------
+    def _handles(self) -> _core.Loaded:
+        if self.loaded is None:
+            raise ValueError("executable has been deleted")
+        return self.loaded
+
     @property
     def _exe_ptr(self) -> Any:
-        return ffi.cast("PJRT_Executable*", self.loaded.executable)
+        return ffi.cast("PJRT_Executable*", self._handles().executable)
 
     @property
     def _loaded_ptr(self) -> Any:
-        return ffi.cast("PJRT_LoadedExecutable*", self.loaded.address)
+        return ffi.cast("PJRT_LoadedExecutable*", self._handles().address)
 
     def _invoke(self, function: str, **fields: Any) -> Any:
         """A query on the executable, with the client held for the call."""

@@ -14,6 +14,7 @@ in a :class:`~pjrt_py.compiled.CompiledProgram`, shared by the executables
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,7 @@ class Executable(_core.ExecutableCore):
         # Calls that cannot take the native path: several devices, donation.
         blocked = len(program.devices) != 1 or bool(program.donated)
         self._attach(
-            program.loaded,
+            program._handles(),
             program.client,
             program.expected_metas(),
             program.out_metas,
@@ -188,12 +189,16 @@ class Executable(_core.ExecutableCore):
         returns. Deleting one never breaks another.
         """
         self._detach()
+        if self._program.loaded is not None:
+            # Keep what was read (name, outputs, devices); drop the handle.
+            self._program = copy.copy(self._program)
+            self._program.loaded = None
 
     close = delete
 
     def _share(self) -> Executable:
         """Another executable for the same compiled program."""
-        other = Executable(self._program)
+        other = Executable(self._live())
         other._signature, other._source = self._signature, self._source
         return other
 

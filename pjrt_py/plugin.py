@@ -128,6 +128,10 @@ class Plugin:
         self._supported = frozenset(n for n, end in _SLOT_END.items() if end <= size)
         self.invoke("PJRT_Plugin_Initialize")
         self._attributes: dict[str, Any] | None = None
+        # The process generation (see pjrt_py._core.generation) of this
+        # plugin's last compile: its compiler keeps process-wide threads and
+        # locks that a fork() does not carry over (see Client._compile).
+        self.compiled_in: int | None = None
 
     @property
     def version_text(self) -> str:
