@@ -4,7 +4,9 @@
 /* ---- device to host -------------------------------------------------------------- */
 
 /* A new numpy array, copied from b: returned (wait) or as an ArrayPromise.
- * Ready CPU buffers up to direct_limit bytes are read at once. */
+ * Ready CPU buffers up to direct_limit bytes are read at once. Holds the
+ * client for the call: another thread may delete b meanwhile (a large
+ * direct read runs without the GIL), and then b no longer names it. */
 static PyObject* buffer_copy_out(BufferObject* b, size_t direct_limit, int wait) {
   if (buffer_live(b) < 0) return NULL;
   PyObject* meta = buffer_meta(b);
@@ -22,22 +24,31 @@ static PyObject* buffer_copy_out(BufferObject* b, size_t direct_limit, int wait)
     Py_DECREF(array);
     return NULL;
   }
+  pjrt_py_client* c = b->c;
+  client_ref(c);
   size_t nbytes = (size_t)PyArray_NBYTES((PyArrayObject*)array);
   void* data = PyArray_DATA((PyArrayObject*)array);
-  const PJRT_Api* api = b->c->api;
-  if (nbytes == 0 || (nbytes <= direct_limit && buffer_read_direct(b, data, nbytes, (size_t)ndim)))
-    return wait ? array : promise_of_array(api, array, (PyObject*)b, NULL);
-  PJRT_Event* done = NULL;
-  PJRT_Error* error = buffer_to_host(b, data, nbytes, (size_t)ndim, &done);
-  if (error != NULL) {
-    Py_DECREF(array);
-    return raise_pjrt(api, error);
+  PyObject* result = NULL;
+  if (nbytes == 0 || (nbytes <= direct_limit && buffer_read_direct(b, data, nbytes, (size_t)ndim))) {
+    result = wait ? array : promise_of_array(c, array, (PyObject*)b, NULL);
+  } else {
+    PJRT_Event* done = NULL;
+    PJRT_Error* error = buffer_to_host(b, data, nbytes, (size_t)ndim, &done);
+    if (error != NULL) {
+      Py_DECREF(array);
+      raise_pjrt(c->api, error);
+    } else {
+      PyObject* promise = promise_of_array(c, array, (PyObject*)b, done);
+      if (promise != NULL && wait) {
+        result = promise_value_impl((PromiseObject*)promise, -1);
+        Py_DECREF(promise);
+      } else {
+        result = promise;
+      }
+    }
   }
-  PyObject* promise = promise_of_array(api, array, (PyObject*)b, done);
-  if (promise == NULL || !wait) return promise;
-  PyObject* value = promise_value_impl((PromiseObject*)promise, -1);
-  Py_DECREF(promise);
-  return value;
+  client_unref(c);
+  return result;
 }
 
 static PyObject* buffer_to_numpy_async(BufferObject* b, PyObject* unused) {

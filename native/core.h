@@ -206,7 +206,7 @@ static PyObject* promise_of_one(BufferObject* buffer);
 static PyObject* promise_of_output(PyObject* owner, pjrt_py_client* c, PJRT_Buffer* raw,
                                    PyObject* meta);
 static BufferObject* promise_at(PromiseObject* p, Py_ssize_t i);
-static PyObject* promise_of_array(const PJRT_Api* api, PyObject* array, PyObject* source,
+static PyObject* promise_of_array(pjrt_py_client* c, PyObject* array, PyObject* source,
                                   PJRT_Event* event);
 static PyObject* promise_of_completion(pjrt_py_client* c, PJRT_Event* event);
 

@@ -139,13 +139,14 @@ static int promise_take_event(PromiseObject* p, PJRT_Event* event) {
 
 /* Takes `array` and `event` (NULL: the copy is done); `source` is kept
  * alive until then. */
-static PyObject* promise_of_array(const PJRT_Api* api, PyObject* array, PyObject* source,
+static PyObject* promise_of_array(pjrt_py_client* c, PyObject* array, PyObject* source,
                                   PJRT_Event* event) {
   BufferObject* b = (BufferObject*)source;
-  PromiseObject* p = (PromiseObject*)promise_new_blank(ArrayPromiseType, PROMISE_ARRAY, b->c);
+  PromiseObject* p = (PromiseObject*)promise_new_blank(ArrayPromiseType, PROMISE_ARRAY, c);
   if (p == NULL) {
+    /* The copy may still write `array`: keep it until the copy is done. */
+    release_on_ready(c->api, event, array);
     Py_DECREF(array);
-    release_on_ready(api, event, source); /* the copy may still write `array`: gone now */
     return NULL;
   }
   p->array = array;
@@ -271,6 +272,12 @@ static PyObject* promise_result(PromiseObject* p) {
  * data was read) counts as done: that is only the plugin's lag. */
 static int promise_poll(PromiseObject* p) {
   if (p->done) return 1;
+  if (p->c->generation != g_generation) { /* its events would never fire here */
+    PyErr_SetString(PyExc_ValueError,
+                    "promise belongs to a client created before os.fork() in the parent "
+                    "process; create a new pjrt_py.Client in this process");
+    return -1;
+  }
   if (promise_make_events(p) < 0) return -1;
   for (int i = 0; i < p->num_events; ++i) {
     if (event_is_ready(p->api, p->events[i])) continue;
