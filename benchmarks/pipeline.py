@@ -23,6 +23,7 @@ PJRT reported the step ready) and drawn as a timeline by benchmarks.report.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -84,6 +85,11 @@ class Timeline:
         promise.add_done_callback(done)
 
     def device(self) -> list[tuple[float, float]]:
+        # Done callbacks run on PJRT's thread just after the work completes,
+        # so the last ones may still be on their way when the host is done.
+        deadline = time.perf_counter() + 10
+        while any(math.isnan(t) for t in self.ready) and time.perf_counter() < deadline:
+            time.sleep(0.001)
         spans, previous_end = [], 0.0
         for start, end in zip(self.dispatched, self.ready, strict=True):
             begin = max(start, previous_end)

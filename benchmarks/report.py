@@ -13,7 +13,16 @@ from typing import Any
 
 START = "<!-- generated: start (python -m benchmarks) -->"
 END = "<!-- generated: end -->"
-ORDER = ("dispatch", "small", "bandwidth", "pipeline", "scaling", "memory", "compile_cache")
+ORDER = (
+    "dispatch",
+    "small",
+    "small_transfers",
+    "bandwidth",
+    "pipeline",
+    "scaling",
+    "memory",
+    "compile_cache",
+)
 
 
 def markdown_table(rows: list[list[str]]) -> str:
@@ -106,6 +115,9 @@ def _latency(plt: Any, reports: dict[str, Any], small: dict[str, Any]) -> Any:
     for size, r in small["round_trip_us"].items():
         bars.update({f"round trip f32[{size}]: {k}": v for k, v in r.items()})
     bars.update({f"h2d f32[8]: {k}": v for k, v in small["h2d_us"].items()})
+    if "small_transfers" in reports:
+        floors = reports["small_transfers"]
+        bars.update({f"f32[8] {k}": v for k, v in {**floors["h2d_us"], **floors["d2h_us"]}.items()})
     fig, ax = plt.subplots(figsize=(8, 0.32 * len(bars) + 1))
     names = list(bars)[::-1]
     colors = ["tab:blue" if "pjrt_py" in n else "tab:gray" for n in names]
