@@ -123,10 +123,11 @@ done:
 }
 
 /* Pins `args`, holds the executable and client for the call, runs; see
- * execute_rows. */
+ * execute_rows. `checked`: the caller has just checked that the client takes
+ * work and every argument is live, with nothing run since (the fast path). */
 static int run_pinned(ExecutableCoreObject* self, BufferObject** args, size_t n_dev,
                       size_t n_args, const int64_t* refused, size_t n_refused,
-                      PyObject** promises) {
+                      PyObject** promises, bool checked) {
   LoadedObject* loaded = self->loaded;
   if (loaded == NULL) {
     PyErr_SetString(PyExc_ValueError, "executable has been deleted");
@@ -134,10 +135,19 @@ static int run_pinned(ExecutableCoreObject* self, BufferObject** args, size_t n_
   }
   size_t total = n_dev * n_args, pinned = 0;
   int result = -1;
-  if (client_enter(loaded->c, "executable") < 0) return -1;
+  if (checked) {
+    client_enter_checked(loaded->c);
+  } else if (client_enter(loaded->c, "executable") < 0) {
+    return -1;
+  }
   Py_INCREF(loaded);
-  for (; pinned < total; ++pinned)
-    if (buffer_pin(args[pinned]) < 0) goto done;
+  for (; pinned < total; ++pinned) {
+    if (checked) {
+      args[pinned]->pins++;
+    } else if (buffer_pin(args[pinned]) < 0) {
+      goto done;
+    }
+  }
   result = execute_rows(self, loaded, args, n_dev, n_args, refused, n_refused, promises);
 done:
   for (size_t i = 0; i < pinned; ++i) buffer_unpin(args[i]);
@@ -217,7 +227,7 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
     if (buffers[i] == NULL) return executable_slow(self, args, nargs, kwnames);
   }
   PyObject* promise = NULL;
-  run_pinned(self, buffers, 1, (size_t)nargs, NULL, 0, &promise);
+  run_pinned(self, buffers, 1, (size_t)nargs, NULL, 0, &promise, true);
   return promise;
 }
 
@@ -263,7 +273,7 @@ static PyObject* executable_run(ExecutableCoreObject* self, PyObject* args) {
     if (refused[i] == -1 && PyErr_Occurred()) goto done;
   }
   if (run_pinned(self, bufs, (size_t)n_dev, (size_t)n_args, refused, (size_t)n_refused,
-                 promises) < 0)
+                 promises, false) < 0)
     goto done;
   result = PyList_New(n_dev);
   for (Py_ssize_t d = 0; d < n_dev; ++d) {

@@ -9,31 +9,41 @@
  * Python types in promise_types.c.
  */
 
+/* Freed promises, kept for reuse: one is made and freed per dispatch. Their
+ * type reference was dropped; PyObject_Init takes it again. */
+#define PJRT_PY_PROMISE_FREE_MAX 32
+static PromiseObject* g_free_promises[PJRT_PY_PROMISE_FREE_MAX];
+static int g_num_free_promises = 0;
+
 static PyObject* promise_new_blank(PyTypeObject* type, int kind, pjrt_py_client* c) {
-  PromiseObject* p = PyObject_GC_New(PromiseObject, type);
-  if (p == NULL) return NULL;
+  PromiseObject* p;
+  if (g_num_free_promises > 0) {
+    p = g_free_promises[--g_num_free_promises];
+    PyObject_Init((PyObject*)p, type);
+  } else {
+    p = PyObject_GC_New(PromiseObject, type);
+    if (p == NULL) return NULL;
+  }
+  /* Every field after the object header starts zero. */
+  memset((char*)p + sizeof(PyObject), 0, sizeof(PromiseObject) - sizeof(PyObject));
   p->kind = kind;
   p->arity = 1;
-  p->one = NULL;
-  p->buffers = NULL;
-  p->raw = NULL;
-  p->raw_meta = NULL;
-  p->owner = NULL;
-  p->raw_ready = 0;
-  p->array = NULL;
   p->c = c;
   client_ref(c);
   p->api = c->api;
-  p->events = NULL;
-  p->num_events = 0;
-  p->made = 0;
-  p->done = 0;
-  p->watching = 0;
-  p->error = NULL;
-  p->callbacks = NULL;
-  p->weakrefs = NULL;
   PyObject_GC_Track(p);
   return (PyObject*)p;
+}
+
+/* The memory of a dead promise: reused, or given back. */
+static void promise_free(PromiseObject* p) {
+  PyTypeObject* type = Py_TYPE(p);
+  if (g_num_free_promises < PJRT_PY_PROMISE_FREE_MAX) {
+    g_free_promises[g_num_free_promises++] = p;
+  } else {
+    PyObject_GC_Del(p);
+  }
+  Py_DECREF(type);
 }
 
 /* A promise's buffers: one held directly (the common case, no tuple), one

@@ -74,9 +74,7 @@ static void promise_dealloc(PromiseObject* p) {
   Py_CLEAR(p->error);
   Py_CLEAR(p->callbacks);
   client_unref(p->c);
-  PyTypeObject* type = Py_TYPE(p);
-  PyObject_GC_Del(p);
-  Py_DECREF(type);
+  promise_free(p);
 }
 
 static int promise_traverse(PromiseObject* p, visitproc visit, void* arg) {
