@@ -12,4 +12,6 @@ builder = runpy.run_path(str(Path(__file__).resolve().parent / "build_ffi.py"))
 setup(
     cffi_modules=["build_ffi.py:ffibuilder"],
     ext_modules=[Extension("pjrt_py._core", **builder["core_extension"]())],
+    # Both modules use the stable ABI: a wheel is tagged for CPython 3.10 and up.
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )
