@@ -3,7 +3,7 @@
  * The exception classes are pjrt_py.errors' (a pure Python module this one
  * imports at load): one per PJRT error code, each with .code and .message.
  */
-#include <dlfcn.h>
+#include <dlfcn.h> /* dlmopen: _GNU_SOURCE, set by the build */
 #include <stdio.h>
 
 static PyObject* g_errors_by_code; /* dict: code -> class */
@@ -101,20 +101,38 @@ static PyObject* core_error_from_pjrt(PyObject* self, PyObject* const* args, Py_
   return error_from_pjrt(api, error);
 }
 
-/* load_plugin(path) -> PJRT_Api address. dlopen'd once and never closed:
- * RTLD_LOCAL, because plugins bundle their own LLVM, protobuf, ...; they must
- * not resolve against each other or against jaxlib. */
-static PyObject* core_load_plugin(PyObject* self, PyObject* arg) {
+/* load_plugin(path, fresh=False) -> PJRT_Api address. dlopen'd once and
+ * never closed: RTLD_LOCAL, because plugins bundle their own LLVM, protobuf,
+ * ...; they must not resolve against each other or against jaxlib.
+ *
+ * fresh=True loads a new instance of a library this process already has (in
+ * a child of fork(): the inherited instance's threads are gone and its locks
+ * may be held forever), into a new link-map namespace of its own (glibc's
+ * dlmopen), so its static state starts anew. */
+static PyObject* core_load_plugin(PyObject* self, PyObject* args) {
   (void)self;
-  PyObject* encoded = PyUnicode_EncodeFSDefault(arg);
+  PyObject* path_obj;
+  int fresh = 0;
+  if (!PyArg_ParseTuple(args, "U|p:load_plugin", &path_obj, &fresh)) return NULL;
+  PyObject* encoded = PyUnicode_EncodeFSDefault(path_obj);
   if (encoded == NULL) return NULL;
   const char* path = PyBytes_AsString(encoded);
   char message[4096] = "";
   const PJRT_Api* api = NULL;
   if (path != NULL) {
-    void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    void* handle = NULL;
+    if (!fresh) {
+      handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    } else {
+#ifdef __GLIBC__
+      handle = dlmopen(LM_ID_NEWLM, path, RTLD_NOW | RTLD_LOCAL);
+#else
+      snprintf(message, sizeof(message),
+               "a new instance of a plugin loaded before fork() needs glibc's dlmopen");
+#endif
+    }
     if (handle == NULL) {
-      snprintf(message, sizeof(message), "%s", dlerror());
+      if (message[0] == 0) snprintf(message, sizeof(message), "%s", dlerror());
     } else {
       typedef const PJRT_Api* (*get_api_fn)(void);
       get_api_fn get_api = (get_api_fn)dlsym(handle, "GetPjrtApi");
@@ -128,7 +146,7 @@ static PyObject* core_load_plugin(PyObject* self, PyObject* arg) {
   Py_DECREF(encoded);
   if (path == NULL) return NULL;
   if (api == NULL) {
-    PyErr_Format(g_plugin_load_error, "cannot load PJRT plugin %S: %s", arg, message);
+    PyErr_Format(g_plugin_load_error, "cannot load PJRT plugin %S: %s", path_obj, message);
     return NULL;
   }
   return PyLong_FromVoidPtr((void*)api);

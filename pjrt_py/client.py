@@ -17,7 +17,7 @@ from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
 from .compile_options import options_for_program, program_bytes
 from .compiled import CompiledProgram
 from .device import Device
-from .errors import FailedPreconditionError, PjrtError, SerializationError
+from .errors import PjrtError, SerializationError
 from .executable import Executable
 from .plugin import Plugin, address, encode_named_values, load_plugin
 from .program import main_signature
@@ -71,6 +71,8 @@ class Client(_core.ClientCore):
         )
         self._disk_identity: bytes | None = None
         self._tokens = threading.local()  # each thread's ordered-execution token
+        if isinstance(plugin, Plugin):  # from before a fork: this process's instance
+            plugin = plugin if plugin.generation == _core.generation() else load_plugin(plugin.path)
         self.plugin = plugin if isinstance(plugin, Plugin) else load_plugin(plugin)
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict, got {type(options).__name__}")
@@ -246,7 +248,6 @@ class Client(_core.ClientCore):
 
     def _compile(self, program: str | bytes, code: bytes, options: bytes) -> CompiledProgram:
         """Compile ``code`` (``program`` encoded) with the plugin: no cache involved."""
-        self._check_compiler_survived_fork()
         signature = main_signature(program) if isinstance(program, str) else None
         code_buf = ffi.new("char[]", code)
         fmt = ffi.new("char[]", b"mlir")
@@ -264,26 +265,7 @@ class Client(_core.ClientCore):
                 compile_options_size=len(options),
             )
             loaded = _core.Loaded(self, address(args.executable))
-        self.plugin.compiled_in = _core.generation()
         return CompiledProgram(self, loaded, signature)
-
-    def _check_compiler_survived_fork(self) -> None:
-        """Refuse to compile with a plugin that compiled before this process forked.
-
-        XLA's compiler keeps process-wide threads and locks; after a fork()
-        in a process that had compiled, compiling in the child aborts the
-        process (measured on all three CPU plugin builds: an absl Mutex check,
-        SIGABRT). Loading executables (deserialize, the disk cache) works.
-        """
-        made_in = self.plugin.compiled_in
-        if made_in is not None and made_in != _core.generation():
-            raise FailedPreconditionError(
-                "cannot compile in a process forked after this plugin compiled in its "
-                "parent: the plugin's compiler state does not survive fork(). Compile "
-                "in the parent and pass exe.serialize() to client.deserialize() here, "
-                "use a disk cache (Client(cache_dir=...)) filled before the fork, or "
-                "start workers with multiprocessing's 'spawn' or 'forkserver' method"
-            )
 
     def _compile_through_disk(
         self, program: str | bytes, code: bytes, options: bytes

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _core
+from . import _core, _runtime
 from ._ffi import ffi, lib
 from .errors import PluginLoadError, UnsupportedError
 
@@ -113,9 +113,12 @@ class Plugin:
         ``(major, minor)`` of the PJRT C API the plugin was built with.
     """
 
-    def __init__(self, path: str) -> None:
-        self.address: int = _core.load_plugin(path)  # PluginLoadError if it is not one
+    def __init__(self, path: str, *, fresh: bool = False) -> None:
+        # PluginLoadError if it is not one. fresh: a new instance of a library
+        # this process already loaded (see load_plugin).
+        self.address: int = _core.load_plugin(path, fresh)
         self.path = path
+        self.generation = _core.generation()  # the process (fork) it was loaded in
         self.api = ffi.cast("const PJRT_Api*", self.address)
         version = self.api.pjrt_api_version
         self.api_version: tuple[int, int] = (version.major_version, version.minor_version)
@@ -128,10 +131,6 @@ class Plugin:
         self._supported = frozenset(n for n, end in _SLOT_END.items() if end <= size)
         self.invoke("PJRT_Plugin_Initialize")
         self._attributes: dict[str, Any] | None = None
-        # The process generation (see pjrt_py._core.generation) of this
-        # plugin's last compile: its compiler keeps process-wide threads and
-        # locks that a fork() does not carry over (see Client._compile).
-        self.compiled_in: int | None = None
 
     @property
     def version_text(self) -> str:
@@ -253,12 +252,28 @@ _LOADED: dict[str, Plugin] = {}
 _LOAD_LOCK = threading.Lock()
 
 
+def _new_load_lock() -> None:
+    global _LOAD_LOCK
+    _LOAD_LOCK = threading.Lock()
+
+
+_runtime.reset_in_child(_new_load_lock)
+
+
 def load_plugin(spec: str | os.PathLike[str] | None = None) -> Plugin:
-    """Load (once per process) and return the plugin named by ``spec``."""
+    """Load (once per process) and return the plugin named by ``spec``.
+
+    In a child of ``os.fork()``, a plugin the parent had loaded is loaded
+    again as a new instance (glibc's ``dlmopen``, a link-map namespace of its
+    own): the inherited one's worker threads are gone and its locks may be
+    held for ever (measured: compiling in the child aborted, or hung, on all
+    three CPU plugin builds). The file is not copied. glibc allows 16
+    namespaces, so about 15 generations of forks that each load it.
+    """
     path = find_plugin(spec)
     with _LOAD_LOCK:
         plugin = _LOADED.get(path)
-        if plugin is None:
-            plugin = Plugin(path)
+        if plugin is None or plugin.generation != _core.generation():
+            plugin = Plugin(path, fresh=plugin is not None)
             _LOADED[path] = plugin
         return plugin
