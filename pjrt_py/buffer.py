@@ -94,9 +94,7 @@ def host_to_device(
         _check_zero_copy(client, array)
         semantics = _ZERO_COPY
     elif array.nbytes >= STAGED_COPY_BYTES and client._cpu_fast_paths:
-        staged = aligned_empty(array.shape, dtype)
-        np.copyto(staged, array, casting="no")
-        array, semantics = staged, _ZERO_COPY
+        array, semantics = _staged(array), _ZERO_COPY
     else:
         semantics = _COPY
         if not array.flags.c_contiguous:
@@ -108,6 +106,26 @@ def host_to_device(
     aliased = semantics == _ZERO_COPY  # never donated (see docs/devices.md)
     buf = client._from_host(array, code, semantics, target._addr, meta, aliased)
     return BufferPromise((buf,))
+
+
+# Staging copies a C-contiguous array this many bytes at a time. One large
+# memcpy into the 64-byte aligned staging memory ran at a third of np.copy's
+# speed when the source was aligned differently (a numpy array is at 16 mod
+# 64): 124 ms against 41 ms for 256 MiB; in 4 MiB pieces it took 35 ms.
+STAGE_CHUNK_BYTES = 4 << 20
+
+
+def _staged(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """A copy of ``array`` in fresh, aligned memory the plugin can alias."""
+    staged = aligned_empty(array.shape, array.dtype)
+    if not array.flags.c_contiguous:
+        np.copyto(staged, array, casting="no")
+        return staged
+    src, dst = array.reshape(-1), staged.reshape(-1)
+    step = max(1, STAGE_CHUNK_BYTES // array.itemsize)
+    for start in range(0, src.size, step):
+        np.copyto(dst[start : start + step], src[start : start + step], casting="no")
+    return staged
 
 
 def _check_zero_copy(client: _Client, array: np.ndarray[Any, Any]) -> None:
