@@ -31,10 +31,7 @@ static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffe
                                  PyObject* meta) {
   BufferObject* b = PyObject_GC_New(BufferObject, BufferType);
   if (b == NULL) {
-    PJRT_Buffer_Destroy_Args args = {0};
-    args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
-    args.buffer = buf;
-    error_destroy(c->api, c->api->PJRT_Buffer_Destroy(&args));
+    buffer_handle_destroy(c->api, buf);
     return NULL;
   }
   client_ref(c);
@@ -62,10 +59,7 @@ static void buffer_free_handle(BufferObject* b) {
   b->c = NULL;
   if (c == NULL) return;
   if (buf != NULL && state_pjrt_allowed(c)) {
-    PJRT_Buffer_Destroy_Args args = {0};
-    args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
-    args.buffer = buf;
-    error_destroy(c->api, c->api->PJRT_Buffer_Destroy(&args));
+    buffer_handle_destroy(c->api, buf);
   }
   client_unref(c);
 }

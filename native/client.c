@@ -203,31 +203,7 @@ static PyObject* client_core_buffer_async(ClientCoreObject* self, PyObject* cons
            (!c->cpu || PyArray_NBYTES(array) < PJRT_PY_STAGED_COPY_BYTES);
     PyErr_Clear();
   }
-  if (!fast) {
-    PyObject* tuple = PyTuple_New(nargs);
-    if (tuple == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < nargs; ++i) {
-      Py_INCREF(args[i]);
-      PyTuple_SetItem(tuple, i, args[i]);
-    }
-    PyObject* kwargs = NULL;
-    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
-    if (nkw) kwargs = PyDict_New();
-    for (Py_ssize_t i = 0; kwargs != NULL && i < nkw; ++i)
-      if (PyDict_SetItem(kwargs, PyTuple_GetItem(kwnames, i), args[nargs + i]) < 0)
-        Py_CLEAR(kwargs);
-    PyObject* result = NULL;
-    if (!nkw || kwargs != NULL) {
-      PyObject* method = PyObject_GetAttrString((PyObject*)self, "_buffer_async_slow");
-      if (method != NULL) {
-        result = PyObject_Call(method, tuple, kwargs);
-        Py_DECREF(method);
-      }
-    }
-    Py_DECREF(tuple);
-    Py_XDECREF(kwargs);
-    return result;
-  }
+  if (!fast) return call_python_method((PyObject*)self, "_buffer_async_slow", args, nargs, kwnames);
   PyObject* meta = meta_of_array(array);
   if (meta == NULL) return NULL;
   BufferObject* b = host_to_device((PyObject*)self, c, array, type,

@@ -30,12 +30,47 @@ static PyObject* type_name(PyObject* o) {
   return name;
 }
 
+/* Calls self.<name>(*args, **kwargs) with a fast call's arguments: how a
+ * native fast path hands a call it does not take to its Python method. */
+static PyObject* call_python_method(PyObject* self, const char* name, PyObject* const* args,
+                                   Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* tuple = PyTuple_New(nargs);
+  if (tuple == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < nargs; ++i) {
+    Py_INCREF(args[i]);
+    PyTuple_SetItem(tuple, i, args[i]);
+  }
+  PyObject* kwargs = PyDict_New();
+  Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+  for (Py_ssize_t i = 0; kwargs != NULL && i < nkw; ++i) {
+    if (PyDict_SetItem(kwargs, PyTuple_GetItem(kwnames, i), args[nargs + i]) < 0)
+      Py_CLEAR(kwargs);
+  }
+  PyObject* result = NULL;
+  PyObject* method = kwargs ? PyObject_GetAttrString(self, name) : NULL;
+  if (method != NULL) {
+    result = PyObject_Call(method, tuple, kwargs);
+    Py_DECREF(method);
+  }
+  Py_DECREF(tuple);
+  Py_XDECREF(kwargs);
+  return result;
+}
+
 static void error_destroy(const PJRT_Api* api, PJRT_Error* error) {
   if (error == NULL) return;
   PJRT_Error_Destroy_Args args = {0};
   args.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
   args.error = error;
   api->PJRT_Error_Destroy(&args);
+}
+
+/* Destroys a PJRT buffer handle nothing else owns. */
+static void buffer_handle_destroy(const PJRT_Api* api, PJRT_Buffer* buffer) {
+  PJRT_Buffer_Destroy_Args args = {0};
+  args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+  args.buffer = buffer;
+  error_destroy(api, api->PJRT_Buffer_Destroy(&args));
 }
 
 /* A new exception for `error` (which is destroyed); NULL if that failed. */

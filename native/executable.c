@@ -105,10 +105,7 @@ static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, Buffer
     for (size_t d = 0; d < n_dev; ++d) Py_CLEAR(promises[d]);
     for (size_t i = 0; i < total_outs; ++i) {
       if (outs[i] == NULL) continue;
-      PJRT_Buffer_Destroy_Args d = {0};
-      d.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
-      d.buffer = outs[i];
-      error_destroy(c->api, c->api->PJRT_Buffer_Destroy(&d));
+      buffer_handle_destroy(c->api, outs[i]);
     }
   }
 done:
@@ -184,33 +181,6 @@ static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* e
   return b;
 }
 
-static PyObject* executable_slow(ExecutableCoreObject* self, PyObject* const* args,
-                                 Py_ssize_t nargs, PyObject* kwnames) {
-  PyObject* tuple = PyTuple_New(nargs);
-  if (tuple == NULL) return NULL;
-  for (Py_ssize_t i = 0; i < nargs; ++i) {
-    Py_INCREF(args[i]);
-    PyTuple_SetItem(tuple, i, args[i]);
-  }
-  PyObject* kwargs = PyDict_New();
-  Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
-  for (Py_ssize_t i = 0; kwargs != NULL && i < nkw; ++i) {
-    if (PyDict_SetItem(kwargs, PyTuple_GetItem(kwnames, i), args[nargs + i]) < 0)
-      Py_CLEAR(kwargs);
-  }
-  PyObject* result = NULL;
-  if (kwargs != NULL) {
-    PyObject* method = PyObject_GetAttrString((PyObject*)self, "_execute_async_slow");
-    if (method != NULL) {
-      result = PyObject_Call(method, tuple, kwargs);
-      Py_DECREF(method);
-    }
-  }
-  Py_DECREF(tuple);
-  Py_XDECREF(kwargs);
-  return result;
-}
-
 static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* const* args,
                                           Py_ssize_t nargs, PyObject* kwnames) {
   LoadedObject* loaded = self->loaded;
@@ -219,12 +189,12 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
       nargs != PyTuple_Size(expect) || nargs > PJRT_PY_STACK_ARGS ||
       state_check_usable(loaded->c, "executable") < 0) {
     PyErr_Clear();
-    return executable_slow(self, args, nargs, kwnames);
+    return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
   }
   BufferObject* buffers[PJRT_PY_STACK_ARGS];
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     buffers[i] = fast_argument(args[i], loaded->c, PyTuple_GetItem(expect, i));
-    if (buffers[i] == NULL) return executable_slow(self, args, nargs, kwnames);
+    if (buffers[i] == NULL) return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
   }
   PyObject* promise = NULL;
   run_pinned(self, buffers, 1, (size_t)nargs, NULL, 0, &promise, true);

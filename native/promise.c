@@ -108,10 +108,7 @@ static PyObject* promise_of_output(PyObject* owner, pjrt_py_client* c, PJRT_Buff
                                    PyObject* meta) {
   PromiseObject* p = (PromiseObject*)promise_new_blank(BufferPromiseType, PROMISE_BUFFERS, c);
   if (p == NULL) {
-    PJRT_Buffer_Destroy_Args args = {0};
-    args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
-    args.buffer = raw;
-    error_destroy(c->api, c->api->PJRT_Buffer_Destroy(&args));
+    buffer_handle_destroy(c->api, raw);
     return NULL;
   }
   p->raw = raw;

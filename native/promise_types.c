@@ -61,10 +61,7 @@ static void promise_dealloc(PromiseObject* p) {
     PyMem_Free(p->events);
   }
   if (p->raw != NULL && state_pjrt_allowed(p->c)) {
-    PJRT_Buffer_Destroy_Args args = {0};
-    args.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
-    args.buffer = p->raw;
-    error_destroy(p->api, p->api->PJRT_Buffer_Destroy(&args));
+    buffer_handle_destroy(p->api, p->raw);
   }
   Py_CLEAR(p->raw_meta);
   Py_CLEAR(p->owner);

@@ -20,7 +20,7 @@ from .device import Device
 from .errors import PjrtError, SerializationError
 from .executable import Executable
 from .plugin import Plugin, address, encode_named_values, load_plugin
-from .program import main_signature
+from .program import ArgSpec, main_signature
 from .promise import BufferPromise
 
 
@@ -256,15 +256,22 @@ class Client(_core.ClientCore):
         prog.code, prog.code_size = code_buf, len(code)
         prog.format, prog.format_size = fmt, 4
         opts = ffi.new("char[]", options)
+        return self._loaded(
+            "PJRT_Client_Compile",
+            "executable",
+            signature,
+            program=prog,
+            compile_options=opts,
+            compile_options_size=len(options),
+        )
+
+    def _loaded(
+        self, function: str, result: str, signature: list[ArgSpec] | None, **fields: Any
+    ) -> CompiledProgram:
+        """Run a PJRT call that makes a loaded executable, and take it over."""
         with self._pinned() as ptr:
-            args = self.plugin.invoke(
-                "PJRT_Client_Compile",
-                client=ptr,
-                program=prog,
-                compile_options=opts,
-                compile_options_size=len(options),
-            )
-            loaded = _core.Loaded(self, address(args.executable))
+            args = self.plugin.invoke(function, client=ptr, **fields)
+            loaded = _core.Loaded(self, address(getattr(args, result)))
         return CompiledProgram(self, loaded, signature)
 
     def _compile_through_disk(
@@ -309,15 +316,13 @@ class Client(_core.ClientCore):
         if problem:
             raise SerializationError(problem)
         blob = ffi.from_buffer(payload)
-        with self._pinned() as ptr:
-            args = self.plugin.invoke(
-                "PJRT_Executable_DeserializeAndLoad",
-                client=ptr,
-                serialized_executable=blob,
-                serialized_executable_size=len(payload),
-            )
-            loaded = _core.Loaded(self, address(args.loaded_executable))
-        return CompiledProgram(self, loaded, signature)
+        return self._loaded(
+            "PJRT_Executable_DeserializeAndLoad",
+            "loaded_executable",
+            signature,
+            serialized_executable=blob,
+            serialized_executable_size=len(payload),
+        )
 
     def _buffer_async_slow(
         self, value: Any, device: Device | None = None, *, zero_copy: bool = False
