@@ -181,7 +181,6 @@ static PyObject* client_core_from_host(ClientCoreObject* self, PyObject* args) {
   }
   PJRT_Device* device = (PJRT_Device*)PyLong_AsVoidPtr(device_address);
   if (PyErr_Occurred()) return NULL;
-  release_sweep();
   return (PyObject*)host_to_device((PyObject*)self, c, (PyArrayObject*)array, type, semantics,
                                    device, meta, host_aliased);
 }
@@ -199,7 +198,7 @@ static PyObject* client_core_buffer_async(ClientCoreObject* self, PyObject* cons
   if (fast) {
     type = pjrt_type_of(PyArray_DESCR(array));
     fast = type >= 0 && PyArray_IS_C_CONTIGUOUS(array) && PyArray_ISALIGNED(array) &&
-           PyArray_NDIM(array) <= 8 && state_check_usable(c, "client") == 0 &&
+           PyArray_NDIM(array) <= PJRT_PY_MAX_RANK && state_check_usable(c, "client") == 0 &&
            (!c->cpu || PyArray_NBYTES(array) < PJRT_PY_STAGED_COPY_BYTES);
     PyErr_Clear();
   }

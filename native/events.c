@@ -272,6 +272,7 @@ static void release_on_ready(const PJRT_Api* api, PJRT_Event* event, PyObject* k
     event_destroy(api, event);
     return;
   }
+  release_sweep(); /* events of records fired since the last new one */
   release_record* r = (release_record*)calloc(1, sizeof(*r));
   if (r == NULL) { /* cannot track it: keep the memory forever rather than free it early */
     Py_XINCREF(keep);

@@ -190,6 +190,12 @@ static PyObject* core_after_fork_in_child(PyObject* self, PyObject* unused) {
   g_reaping = 0;
   g_gate_closed = 0;
   g_gate_active = 0;
+  t_in_callback = 0; /* a fork from inside a done callback */
+  /* Host memory held for the parent's events: those events belong to the
+   * parent's plugin instance, and a PJRT thread may have held the lock. */
+  pthread_mutex_init(&g_release_mu, NULL);
+  g_released = NULL;
+  g_holds = 0;
   Py_RETURN_NONE;
 }
 

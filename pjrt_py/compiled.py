@@ -216,8 +216,8 @@ class CompiledProgram:
         return MemoryStats(**{f: int(getattr(args, f)) for f in MemoryStats.__dataclass_fields__})
 
     def serialize(self, signature: list[ArgSpec] | None) -> bytes:
-        with self.client._pinned():
-            args = self._invoke("PJRT_Executable_Serialize")
+        with self.client._pinned():  # also while PJRT's bytes are freed
+            args = self.client.plugin.invoke("PJRT_Executable_Serialize", executable=self._exe_ptr)
             try:
                 payload = ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
             finally:
