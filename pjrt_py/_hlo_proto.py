@@ -85,6 +85,9 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
             raise ProtoError("varint too long")
 
 
+read_varint = _varint  # (value, next offset) of the varint at data[at]
+
+
 def fields(data: bytes) -> Iterator[tuple[int, int | bytes]]:
     """(field number, value) for each field of one message: ints or bytes."""
     at = 0

@@ -1,23 +1,39 @@
-"""``xla.CompileOptionsProto``, encoded in protobuf wire format by hand.
+"""``xla.CompileOptionsProto``, encoded and checked in protobuf wire format by hand.
 
 pjrt_py takes no protobuf dependency: the few fields it sets are written
-directly. Field numbers are those of xla/pjrt/proto/compile_options.proto
-and xla/xla.proto.
+directly, and options given as bytes are decoded just far enough to check
+them. Field numbers are those of xla/pjrt/proto/compile_options.proto and
+xla/xla.proto.
 
 PJRT plugins CHECK-fail (abort the process) on options they cannot use, for
 example empty options (replica count 0). Everything is validated here first,
-and the encoding always carries num_replicas and num_partitions.
+whether it came as keywords or as bytes, and the encoding always carries
+num_replicas and num_partitions.
+
+By default the options are the ones ``jax.jit`` sends for the same program
+(``like_jax=True``): jax's ``DebugOptions`` (recorded in ``_jax_options`` from
+jaxlib; among them ``xla_cpu_enable_fast_min_max = false``, so
+``max(1, NaN)`` is NaN as the StableHLO spec and jax say, where a plugin's own
+default returns 1), SPMD partitioning on, and the few other build fields jax
+sets. ``debug_options`` overrides single fields by name or number.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from . import _jax_options
+from ._hlo_proto import ProtoError, fields, read_varint
 
 # CompileOptionsProto
 _EXECUTABLE_BUILD_OPTIONS = 3
 _COMPILE_PORTABLE_EXECUTABLE = 4
 # ExecutableBuildOptionsProto
+_DEVICE_ORDINAL = 1
+_DEBUG_OPTIONS = 3
 _NUM_REPLICAS = 4
 _NUM_PARTITIONS = 5
 _USE_SPMD_PARTITIONING = 6
@@ -30,7 +46,7 @@ _COMPUTATION_DEVICES = 3
 # DeviceAssignmentProto.ComputationDevice
 _REPLICA_DEVICE_IDS = 1
 
-_VARINT, _LEN = 0, 2
+_VARINT, _FIXED64, _LEN, _FIXED32 = 0, 1, 2, 5
 
 
 def _varint(value: int) -> bytes:
@@ -47,18 +63,24 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
+def _key(number: int, wire: int) -> bytes:
+    return _varint(number << 3 | wire)
+
+
 def _int_field(number: int, value: int) -> bytes:
-    return _varint(number << 3 | _VARINT) + _varint(value)
+    return _key(number, _VARINT) + _varint(value)
 
 
 def _bytes_field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | _LEN) + _varint(len(payload)) + payload
+    return _key(number, _LEN) + _varint(len(payload)) + payload
 
 
 def positive_count(name: str, value: object) -> int:
     """``value`` if it is a positive int (not a bool), else ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if value >= 1 << 31:
+        raise ValueError(f"{name} must be below 2**31, got {value}")
     return value
 
 
@@ -82,26 +104,126 @@ def encode_device_assignment(assignment: Sequence[Sequence[int]]) -> bytes:
     return out
 
 
+# -- debug options ---------------------------------------------------------
+
+DebugValue = bool | int | float | str | bytes
+
+
+def _raw_fields(data: bytes) -> list[tuple[int, bytes]]:
+    """Each field of a message as (number, its exact encoding)."""
+    out, at = [], 0
+    while at < len(data):
+        start = at
+        key, at = read_varint(data, at)
+        number, wire = key >> 3, key & 7
+        if wire == _VARINT:
+            _, at = read_varint(data, at)
+        elif wire == _LEN:
+            size, at = read_varint(data, at)
+            at += size
+        elif wire in (_FIXED64, _FIXED32):
+            at += 8 if wire == _FIXED64 else 4
+        else:
+            raise ProtoError(f"unsupported wire type {wire}")
+        if at > len(data):
+            raise ProtoError("truncated field")
+        out.append((number, data[start:at]))
+    return out
+
+
+def _debug_field(key: str | int, value: DebugValue) -> bytes:
+    """One override, encoded; ValueError / TypeError for a bad name or value."""
+    if isinstance(key, str):
+        known = _jax_options.DEBUG_OPTION_FIELDS.get(key)
+        if known is None:
+            raise ValueError(
+                f"unknown debug option {key!r}: pass a known name "
+                f"(pjrt_py.compile_options.DEBUG_OPTION_NAMES) or its xla.DebugOptions "
+                f"field number"
+            )
+        number, kind = known
+        expected = {"bool": bool, "int": int, "str": str}[kind]
+        if not isinstance(value, expected) or (kind == "int" and isinstance(value, bool)):
+            raise TypeError(f"debug option {key!r} takes a {kind}, got {value!r}")
+    elif isinstance(key, int) and not isinstance(key, bool) and 0 < key < 1 << 29:
+        number = key
+    else:
+        raise TypeError(f"debug option keys are names or field numbers, got {key!r}")
+    if isinstance(value, (bool, int)):
+        if not -(1 << 63) <= int(value) < 1 << 64:
+            raise ValueError(f"debug option {key!r}: {value} does not fit 64 bits")
+        return _int_field(number, int(value))
+    if isinstance(value, float):  # DebugOptions' floating fields are proto `float`
+        return _key(number, _FIXED32) + struct.pack("<f", value)
+    if isinstance(value, str):
+        return _bytes_field(number, value.encode())
+    if isinstance(value, bytes):
+        return _bytes_field(number, value)
+    raise TypeError(f"debug option {key!r}: unsupported value {value!r}")
+
+
+DEBUG_OPTION_NAMES = frozenset(_jax_options.DEBUG_OPTION_FIELDS)
+
+
+def encode_debug_options(
+    overrides: Mapping[str | int, DebugValue] | None, *, like_jax: bool = True
+) -> bytes:
+    """``xla.DebugOptions``: jax's (``like_jax``) or none, with ``overrides`` set."""
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise TypeError(f"debug_options must be a dict, got {type(overrides).__name__}")
+    encoded = {}
+    for key, value in (overrides or {}).items():
+        field = _debug_field(key, value)
+        number = _jax_options.DEBUG_OPTION_FIELDS[key][0] if isinstance(key, str) else key
+        encoded[number] = field
+    base = _raw_fields(_jax_options.DEBUG_OPTIONS) if like_jax else []
+    kept = b"".join(raw for number, raw in base if number not in encoded)
+    return kept + b"".join(encoded[n] for n in sorted(encoded))
+
+
+# -- CompileOptionsProto -----------------------------------------------------
+
+
 def encode_compile_options(
     *,
     num_replicas: int = 1,
     num_partitions: int = 1,
     device_assignment: Sequence[Sequence[int]] | None = None,
-    use_spmd_partitioning: bool = False,
-    use_shardy_partitioner: bool = False,
+    use_spmd_partitioning: bool | None = None,
+    use_shardy_partitioner: bool | None = None,
     compile_portable_executable: bool = False,
+    debug_options: Mapping[str | int, DebugValue] | None = None,
+    like_jax: bool = True,
 ) -> bytes:
     """Serialized ``CompileOptionsProto``.
 
-    The defaults (one replica, one partition) encode to the 6 bytes
-    ``1a 04 20 01 28 01``, the smallest options the CPU plugin accepts.
+    ``like_jax`` (default) writes what ``jax.jit`` sends besides the counts
+    and placement: jax's ``DebugOptions``, SPMD partitioning on, and its other
+    build fields. ``like_jax=False`` leaves the plugin its own defaults; with
+    one replica and one partition that encodes to the 6 bytes
+    ``1a 04 20 01 28 01``, the smallest options the CPU plugins accept.
+    ``use_spmd_partitioning`` defaults to ``like_jax or num_partitions > 1``,
+    ``use_shardy_partitioner`` to ``like_jax`` (as jax 0.10 does: a plugin
+    falls back to GSPMD for a module with GSPMD shardings, checked on all
+    three CPU builds).
+    ``debug_options`` sets single ``xla.DebugOptions`` fields, by name
+    (:data:`DEBUG_OPTION_NAMES`) or by field number.
     """
     num_replicas = positive_count("num_replicas", num_replicas)
     num_partitions = positive_count("num_partitions", num_partitions)
-    build = _int_field(_NUM_REPLICAS, num_replicas) + _int_field(_NUM_PARTITIONS, num_partitions)
+    if use_spmd_partitioning is None:
+        use_spmd_partitioning = like_jax or num_partitions > 1
+    if use_shardy_partitioner is None:
+        use_shardy_partitioner = like_jax
+    build = b""
+    if like_jax or debug_options:
+        build += _bytes_field(
+            _DEBUG_OPTIONS, encode_debug_options(debug_options, like_jax=like_jax)
+        )
+    build += _int_field(_NUM_REPLICAS, num_replicas) + _int_field(_NUM_PARTITIONS, num_partitions)
     if use_spmd_partitioning:
         build += _int_field(_USE_SPMD_PARTITIONING, 1)
-    if use_shardy_partitioner:  # for programs with sdy.* shardings (jax's default)
+    if use_shardy_partitioner:
         build += _int_field(_USE_SHARDY_PARTITIONER, 1)
     if device_assignment is not None:
         if len(device_assignment) != num_replicas or any(
@@ -112,10 +234,122 @@ def encode_compile_options(
                 f"partitions, got {[len(r) for r in device_assignment]}"
             )
         build += _bytes_field(_DEVICE_ASSIGNMENT, encode_device_assignment(device_assignment))
+    if like_jax:
+        build += b"".join(_int_field(n, v) for n, v in _jax_options.BUILD_INT_FIELDS.items())
+        build += b"".join(_bytes_field(n, v) for n, v in _jax_options.BUILD_BYTES_FIELDS.items())
     out = _bytes_field(_EXECUTABLE_BUILD_OPTIONS, build)
     if compile_portable_executable:
         out += _int_field(_COMPILE_PORTABLE_EXECUTABLE, 1)
+    if like_jax:
+        out += b"".join(_int_field(n, v) for n, v in _jax_options.TOP_INT_FIELDS.items())
     return out
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What compile options say about replicas, partitions and devices."""
+
+    num_replicas: int
+    num_partitions: int
+    device_assignment: list[list[int]] | None  # [replica][partition] = device id
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _decode_assignment(data: bytes) -> list[list[int]]:
+    replicas = partitions = 0
+    columns: list[list[int]] = []
+    for number, value in fields(data):
+        if number == _REPLICA_COUNT and isinstance(value, int):
+            replicas = _signed(value)
+        elif number == _COMPUTATION_COUNT and isinstance(value, int):
+            partitions = _signed(value)
+        elif number == _COMPUTATION_DEVICES and isinstance(value, bytes):
+            ids: list[int] = []
+            for inner, item in fields(value):
+                if inner != _REPLICA_DEVICE_IDS:
+                    continue
+                if isinstance(item, int):
+                    ids.append(_signed(item))
+                else:
+                    at = 0
+                    while at < len(item):
+                        raw, at = read_varint(item, at)
+                        ids.append(_signed(raw))
+            columns.append(ids)
+    if replicas < 1 or partitions < 1:
+        raise ValueError(
+            f"compile_options: device_assignment has {replicas} replica(s) x "
+            f"{partitions} partition(s); both must be positive"
+        )
+    if len(columns) != partitions or any(len(c) != replicas for c in columns):
+        raise ValueError(
+            f"compile_options: device_assignment is not {replicas} x {partitions} "
+            f"(columns of {[len(c) for c in columns]} ids)"
+        )
+    return [[columns[p][r] for p in range(partitions)] for r in range(replicas)]
+
+
+def decode_compile_options(data: bytes) -> Placement:
+    """Read the placement of serialized options; ValueError if they are not options."""
+    replicas = partitions = 0
+    assignment = None
+    try:
+        for number, value in fields(data):
+            if number != _EXECUTABLE_BUILD_OPTIONS:
+                continue
+            if not isinstance(value, bytes):
+                raise ValueError("compile_options: executable_build_options is not a message")
+            for inner, item in fields(value):
+                if inner == _NUM_REPLICAS and isinstance(item, int):
+                    replicas = _signed(item)
+                elif inner == _NUM_PARTITIONS and isinstance(item, int):
+                    partitions = _signed(item)
+                elif inner == _DEVICE_ASSIGNMENT and isinstance(item, bytes):
+                    assignment = _decode_assignment(item)
+                elif inner == _DEBUG_OPTIONS and isinstance(item, bytes):
+                    list(fields(item))  # framing only: its fields are the plugin's
+    except ProtoError as e:
+        raise ValueError(f"compile_options is not a serialized CompileOptionsProto: {e}") from None
+    for name, value in (("num_replicas", replicas), ("num_partitions", partitions)):
+        if value < 1:
+            raise ValueError(
+                f"compile_options sets {name} = {value} (a missing field reads as 0): the "
+                f"plugin aborts on that; it must be a positive int"
+            )
+        positive_count(name, value)
+    return Placement(replicas, partitions, assignment)
+
+
+def check_placement(placement: Placement, device_ids: Sequence[int]) -> None:
+    """The checks both the keyword and the bytes path make against the client."""
+    replicas, partitions = placement.num_replicas, placement.num_partitions
+    assignment = placement.device_assignment
+    if assignment is None:
+        if replicas * partitions > len(device_ids):
+            raise ValueError(
+                f"{replicas} replica(s) x {partitions} partition(s) need "
+                f"{replicas * partitions} devices; this client has {len(device_ids)}"
+            )
+        return
+    if len(assignment) != replicas or any(len(row) != partitions for row in assignment):
+        raise ValueError(
+            f"device_assignment must be {replicas} replicas x {partitions} partitions, "
+            f"got {[len(r) for r in assignment]}"
+        )
+    ids = [i for row in assignment for i in row]
+    unknown = [i for i in ids if i not in device_ids]
+    if unknown:
+        raise ValueError(f"device_assignment names unknown device id(s) {unknown}")
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"device_assignment uses a device twice: {ids}")
+
+
+def check_compile_options(data: bytes, device_ids: Sequence[int]) -> None:
+    """Options given as bytes get the keyword path's checks before the plugin sees them."""
+    check_placement(decode_compile_options(data), device_ids)
 
 
 # -- options for a program -------------------------------------------------
@@ -134,11 +368,6 @@ def module_count(program: str | bytes, name: str) -> int:
     return int(m.group(1)) if m else 1
 
 
-def uses_shardy(program: str | bytes) -> bool:
-    """Whether the program carries Shardy shardings (``sdy.mesh`` / ``sdy.sharding``)."""
-    return ("sdy." if isinstance(program, str) else b"sdy.") in program  # type: ignore[operator]
-
-
 def program_bytes(program: str | bytes) -> bytes:
     """The bytes handed to the compiler; ValueError for an empty program."""
     code = program.encode() if isinstance(program, str) else program
@@ -155,6 +384,7 @@ def options_for_program(
     device_assignment: Sequence[Sequence[int]] | None,
     device: int | None,
     device_ids: Sequence[int],
+    debug_options: Mapping[str | int, DebugValue] | None = None,
 ) -> bytes:
     """The CompileOptionsProto for ``Client.compile``'s keyword arguments.
 
@@ -180,23 +410,13 @@ def options_for_program(
         assignment = [[device]]
     elif device_assignment is not None:
         assignment = [list(row) for row in device_assignment]
-    elif replicas * partitions > 1:
-        if replicas * partitions > len(device_ids):
-            raise ValueError(
-                f"{replicas} replica(s) x {partitions} partition(s) need "
-                f"{replicas * partitions} devices; this client has {len(device_ids)}"
-            )
+    check_placement(Placement(replicas, partitions, assignment), device_ids)
+    if assignment is None and replicas * partitions > 1:
         ids = list(device_ids)
         assignment = [ids[r * partitions : (r + 1) * partitions] for r in range(replicas)]
-    if assignment is not None:
-        unknown = [i for row in assignment for i in row if i not in device_ids]
-        if unknown:
-            raise ValueError(f"device_assignment names unknown device id(s) {unknown}")
-    sharded = partitions > 1
     return encode_compile_options(
         num_replicas=replicas,
         num_partitions=partitions,
         device_assignment=assignment,
-        use_spmd_partitioning=sharded,
-        use_shardy_partitioner=sharded and uses_shardy(program),
+        debug_options=debug_options,
     )

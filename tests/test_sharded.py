@@ -140,7 +140,7 @@ def test_jax_named_sharding_program_matches_jax() -> None:
         want_sum, want_twice = jitted(a, w)
 
         client = pjrt_py.Client(options={"cpu_device_count": 4})
-        exe = client.compile(text)  # partitions and Shardy read from the module
+        exe = client.compile(text)  # partitions read from the module
         shards = np.split(a, 4)
         outs = exe.execute_sharded([[s, w] for s in shards])
         got_sum = [row[0].to_numpy() for row in outs]
