@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -14,13 +14,20 @@ from . import _core, _runtime, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, host_to_device
 from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
-from .compile_options import options_for_program, program_bytes
+from .compile_options import (
+    DebugValue,
+    check_compile_options,
+    options_for_program,
+    program_bytes,
+)
 from .compiled import CompiledProgram
 from .device import Device
 from .errors import PjrtError, SerializationError
 from .executable import Executable
+from .isolate import IsolatedCompiler, env_default
+from .mlir_text import bytecode_to_text, check_program, main_signature
 from .plugin import Plugin, address, encode_named_values, load_plugin
-from .program import ArgSpec, main_signature
+from .program import ArgSpec
 from .promise import BufferPromise
 
 
@@ -43,6 +50,11 @@ class Client(_core.ClientCore):
     cache_max_bytes : int, optional
         The disk cache's size bound (default ``$PJRT_PY_CACHE_MAX_BYTES``,
         else 1 GiB); least recently used entries go first.
+    isolate_compile : bool, optional
+        Compile in a helper process by default (``compile(isolate=...)``
+        overrides it; see :mod:`pjrt_py.isolate`). With none,
+        ``$PJRT_PY_ISOLATE_COMPILE=1`` turns it on. The helper starts on the
+        first isolated compile and stops at ``close()``.
 
     ``close()`` makes the client and everything made from it unusable at
     once (``ValueError``). The PJRT client itself is destroyed when the last
@@ -60,6 +72,7 @@ class Client(_core.ClientCore):
         *,
         cache_dir: str | os.PathLike[str] | bool | None = None,
         cache_max_bytes: int | None = None,
+        isolate_compile: bool | None = None,
     ) -> None:
         self.compile_cache = MemoryCache()
         if cache_dir is None:
@@ -77,6 +90,13 @@ class Client(_core.ClientCore):
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict, got {type(options).__name__}")
         options = options or {}
+        self.options: dict[str, Any] = dict(options)  # what a compile helper's client gets
+        if isolate_compile is None:
+            isolate_compile = env_default()
+        elif not isinstance(isolate_compile, bool):
+            raise TypeError(f"isolate_compile must be a bool, got {isolate_compile!r}")
+        self.isolate_compile = isolate_compile
+        self.compile_helper = IsolatedCompiler(self.plugin.path, self.options)
         values, keep = encode_named_values(options)
         args = self.plugin.invoke(
             "PJRT_Client_Create", create_options=values, num_options=len(options)
@@ -165,6 +185,8 @@ class Client(_core.ClientCore):
         device: Device | None = None,
         ordered: bool = False,
         cache: bool = True,
+        debug_options: Mapping[str | int, DebugValue] | None = None,
+        isolate: bool | None = None,
     ) -> Executable:
         """Compile a StableHLO/MLIR program (text ``str`` or bytecode ``bytes``).
 
@@ -173,9 +195,9 @@ class Client(_core.ClientCore):
 
         * ``num_replicas`` / ``num_partitions`` default to the module's
           ``mhlo.num_replicas`` / ``mhlo.num_partitions`` attributes (what jax
-          writes), else 1. More than one partition turns on SPMD partitioning,
-          and a program with Shardy (``sdy``) shardings gets the Shardy
-          partitioner, as jax would ask.
+          writes), else 1. SPMD partitioning and the Shardy partitioner are
+          on, as jax asks (a module with GSPMD shardings falls back to GSPMD
+          in the plugin).
         * ``device_assignment[replica][partition]`` names the device (an id or
           a :class:`Device`) of each; the default is the first
           ``replicas x partitions`` devices in order.
@@ -183,6 +205,15 @@ class Client(_core.ClientCore):
           must then live on that device: one on another device is an
           ``InvalidArgumentError`` from the plugin (it does not copy), and
           numpy arguments are transferred there.
+
+        The options are those ``jax.jit`` sends for the same program (its
+        ``DebugOptions`` included, so NaN propagates through ``max``/``min``
+        as in jax); ``debug_options`` overrides single ``xla.DebugOptions``
+        fields by name (``{"xla_cpu_enable_fast_min_max": True}``) or field
+        number. They are part of the options, so of every cache key.
+        ``compile_options`` bytes are checked like the keywords (replica and
+        partition counts positive, the device assignment a rectangle of this
+        client's devices) before the plugin sees them.
 
         ``ordered=True`` makes every execution ordered (see
         :mod:`pjrt_py.effects`); the token-threaded form is compiled now.
@@ -193,10 +224,17 @@ class Client(_core.ClientCore):
         fresh process loads it instead of compiling.
         ``cache=False`` compiles anew and leaves both caches alone.
 
+        ``isolate=True`` compiles in a helper process (see :mod:`pjrt_py.isolate`),
+        so a compiler crash raises :class:`CompilerCrashError` instead of
+        killing this process; the default is the client's ``isolate_compile``.
+        The caches do not depend on it: a hit is a hit either way.
+
         Raises
         ------
         PjrtError
             With the compiler's message, if the program is invalid.
+        CompilerCrashError
+            If an isolated compile's helper process died (e.g. ``SIGSEGV``).
         """
         self._check_open()
         if isinstance(program, (bytearray, memoryview)):
@@ -213,25 +251,33 @@ class Client(_core.ClientCore):
                 else [[self._device_id(d) for d in row] for row in device_assignment],
                 device=None if device is None else self._target(device).id,
                 device_ids=[d.id for d in self.devices],
+                debug_options=debug_options,
             )
         elif not isinstance(compile_options, (bytes, bytearray)) or not compile_options:
             raise ValueError("compile_options must be non-empty serialized CompileOptionsProto")
-        elif (num_replicas, num_partitions, device_assignment, device) != (None,) * 4:
+        elif (num_replicas, num_partitions, device_assignment, device, debug_options) != (
+            None,
+        ) * 5:
             raise ValueError(
                 "compile_options is used as is: do not also pass num_replicas, "
-                "num_partitions, device_assignment or device"
+                "num_partitions, device_assignment, device or debug_options"
             )
         else:
             options = bytes(compile_options)
+            check_compile_options(options, [d.id for d in self.devices])
+        if isolate is None:
+            isolate = self.isolate_compile
         if not cache:
-            compiled = self._compile(program, program_bytes(program), options)
+            compiled = self._compile(program, program_bytes(program), options, isolate)
         else:
             # A hit is a lookup by the program itself: a str's hash is
             # computed once per object, and nothing is encoded or parsed.
             key = (program, options)
             compiled = self.compile_cache.get(key)
             if compiled is None:
-                compiled = self._compile_through_disk(program, program_bytes(program), options)
+                compiled = self._compile_through_disk(
+                    program, program_bytes(program), options, isolate
+                )
                 self.compile_cache.put(key, compiled)
         # Each caller gets its own Executable sharing the compiled program,
         # so one caller's delete() cannot break another's.
@@ -246,9 +292,20 @@ class Client(_core.ClientCore):
     def _device_id(self, device: int | Device) -> int:
         return self._target(device).id if isinstance(device, Device) else device
 
-    def _compile(self, program: str | bytes, code: bytes, options: bytes) -> CompiledProgram:
-        """Compile ``code`` (``program`` encoded) with the plugin: no cache involved."""
-        signature = main_signature(program) if isinstance(program, str) else None
+    def _compile(
+        self, program: str | bytes, code: bytes, options: bytes, isolate: bool = False
+    ) -> CompiledProgram:
+        """Compile ``code`` (``program`` encoded) with the plugin: no cache involved.
+
+        ``isolate``: in the compile helper process, loading what it serialized."""
+        # What the plugin could crash on is refused first (see mlir_text);
+        # bytecode is read through jax's MLIR bindings where installed.
+        text = program if isinstance(program, str) else bytecode_to_text(program)
+        if text is not None:
+            check_program(text)
+        if isolate:
+            return self._load(self.compile_helper.compile(program, code, options))
+        signature = main_signature(text) if text is not None else None
         code_buf = ffi.new("char[]", code)
         fmt = ffi.new("char[]", b"mlir")
         prog = ffi.new("PJRT_Program*")
@@ -275,11 +332,11 @@ class Client(_core.ClientCore):
         return CompiledProgram(self, loaded, signature)
 
     def _compile_through_disk(
-        self, program: str | bytes, code: bytes, options: bytes
+        self, program: str | bytes, code: bytes, options: bytes, isolate: bool = False
     ) -> CompiledProgram:
         disk = self.disk_cache
         if disk is None:
-            return self._compile(program, code, options)
+            return self._compile(program, code, options, isolate)
         if self._disk_identity is None:
             self._disk_identity = serialization.disk_identity(self)
         key = disk_key(self._disk_identity, code, options)
@@ -291,7 +348,7 @@ class Client(_core.ClientCore):
                 return compiled
             except (SerializationError, PjrtError):
                 disk.reject(key)  # damaged or unloadable: compile and rewrite
-        compiled = self._compile(program, code, options)
+        compiled = self._compile(program, code, options, isolate)
         # An unwritable cache, or a plugin that cannot serialize, costs a compile.
         with contextlib.suppress(OSError, PjrtError):
             disk.put(key, compiled.serialize(compiled.signature))
@@ -346,6 +403,9 @@ class Client(_core.ClientCore):
         """Make the client unusable, and drop its own reference. Idempotent."""
         if not self.closed:
             self.compile_cache.clear()
+        helper = getattr(self, "compile_helper", None)  # None if __init__ failed early
+        if helper is not None:
+            helper.close()
         self._close()
 
     def __enter__(self) -> Client:

@@ -20,13 +20,13 @@ sets. ``debug_options`` overrides single fields by name or number.
 
 from __future__ import annotations
 
-import re
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from . import _jax_options
 from ._hlo_proto import ProtoError, fields, read_varint
+from .mlir_text import bytecode_to_text, module_attribute_int
 
 # CompileOptionsProto
 _EXECUTABLE_BUILD_OPTIONS = 3
@@ -354,18 +354,29 @@ def check_compile_options(data: bytes, device_ids: Sequence[int]) -> None:
 
 # -- options for a program -------------------------------------------------
 
-_MODULE_COUNT = {
-    name: re.compile(rf"mhlo\.{name}\s*=\s*(\d+)") for name in ("num_replicas", "num_partitions")
-}
-
 
 def module_count(program: str | bytes, name: str) -> int:
-    """``mhlo.num_replicas`` / ``mhlo.num_partitions`` of a text module, else 1."""
+    """``mhlo.num_replicas`` / ``mhlo.num_partitions`` of a module, else 1.
+
+    Text is read by a real lex of the module's attribute dictionary. Bytecode
+    is read through jax's MLIR bindings when the attribute's name is in it;
+    without them such bytecode is refused: compiling it for one replica
+    would silently give other results.
+    """
+    attribute = f"mhlo.{name}"
     if isinstance(program, bytes):
-        return 1
-    head = program[: program.find("func.func")]  # module attributes come first
-    m = _MODULE_COUNT[name].search(head)
-    return int(m.group(1)) if m else 1
+        if attribute.encode() not in program:
+            return 1  # the name is in the bytecode's string table if it is set
+        text = bytecode_to_text(program)
+        if text is None:
+            raise ValueError(
+                f"this bytecode program sets {attribute}, which pjrt_py reads with jax's "
+                f"MLIR bindings (not installed, or they cannot read it): pass {name}= "
+                f"explicitly, or compile the text form"
+            )
+        program = text
+    value = module_attribute_int(program, attribute)
+    return 1 if value is None else value
 
 
 def program_bytes(program: str | bytes) -> bytes:

@@ -35,7 +35,7 @@ import numpy as np
 
 from . import _core
 from .buffer import Buffer
-from .program import _MAIN, _split_top_level
+from .mlir_text import find_main, split_top_level
 
 if TYPE_CHECKING:
     from .device import Device
@@ -104,12 +104,13 @@ def with_runtime_token(program: str) -> str:
 
     Raises ``ValueError`` if ``@main`` cannot be found or read.
     """
-    m = _MAIN.search(program)
-    if m is None:
+    found = find_main(program)
+    if found is None:
         raise ValueError("ordered execution needs a text program with a func.func @main")
     if BODY_NAME in program:
         raise ValueError("program already has a runtime token (it mentions @pjrt_py_body)")
-    params, close = _split_top_level(program, m.end() - 1)
+    start, paren = found
+    params, close = split_top_level(program, paren)
     names, param_types = [], []
     for part in params:
         nm = re.match(r"(%[\w.$-]+)\s*:\s*", part)
@@ -120,7 +121,7 @@ def with_runtime_token(program: str) -> str:
         param_types.append(rest.split("{", 1)[0].strip())
     result_parts, result_types = _results(program, close + 1)
 
-    body = program[: m.start()] + f"func.func private {BODY_NAME}(" + program[m.end() :]
+    body = program[:start] + f"func.func private {BODY_NAME}(" + program[paren + 1 :]
     n = len(result_types)
     call_types = f"({', '.join(param_types)}) -> ({', '.join(result_types)})"
     call = f"func.call {BODY_NAME}({', '.join(names)}) : {call_types}"
@@ -157,7 +158,7 @@ def _results(program: str, at: int) -> tuple[list[str], list[str]]:
     while program[start].isspace():
         start += 1
     if program[start] == "(":
-        parts, _ = _split_top_level(program, start)
+        parts, _ = split_top_level(program, start)
     else:
         single = re.match(r"(.*?)\s*(?:attributes\b|\{)", program[start:], re.S)
         if single is None:

@@ -11,6 +11,8 @@ native core (``pjrt_py._core``) makes its exceptions from :data:`BY_CODE`.
 
 from __future__ import annotations
 
+import signal as _signal
+
 
 class PjrtError(RuntimeError):
     """An error reported by a PJRT plugin.
@@ -103,6 +105,39 @@ class UnsupportedError(UnimplementedError):
 
 class PluginLoadError(PjrtError):
     """A file could not be loaded as a PJRT plugin."""
+
+
+class CompilerCrashError(PjrtError):
+    """The compiler died: an isolated compile's helper process (see
+    :mod:`pjrt_py.isolate`) was killed by a signal (``SIGSEGV``, or
+    ``SIGABRT`` from a failed ``CHECK``) or exited while compiling.
+
+    Attributes
+    ----------
+    signal : signal.Signals or None
+        The signal that killed the helper, or None if it exited.
+    returncode : int or None
+        The helper's exit status as ``subprocess`` reports it (``-signal``).
+    output : str
+        The tail of the helper's stderr and stdout, where XLA prints its
+        ``CHECK`` failure message (also at the end of the message).
+    """
+
+    code = 13  # INTERNAL
+
+    def __init__(
+        self,
+        message: str,
+        code: int | None = None,
+        *,
+        signal: _signal.Signals | None = None,
+        returncode: int | None = None,
+        output: str = "",
+    ) -> None:
+        super().__init__(message, code)
+        self.signal = signal
+        self.returncode = returncode
+        self.output = output
 
 
 class SerializationError(ValueError):

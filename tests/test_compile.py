@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import ADD_F32_8, run_python
@@ -28,17 +30,64 @@ def test_bytecode_program_compiles() -> None:
     bytecode = mlir.module_to_bytecode(lowered.compiler_ir("stablehlo"))
     assert isinstance(bytecode, bytes)
     exe = client.compile(bytecode)
-    # Bytecode has no readable text: the signature comes from the compiled
-    # module, with parameters named by position.
+    # With jax installed the bytecode is read through its MLIR bindings:
+    # the signature has the text's names (jax's %arg0 here).
     assert exe.num_args == 1
     (spec,) = exe.input_signature
-    assert (spec.name, spec.shape, spec.dtype) == ("", (3,), np.float32)
+    assert (spec.name, spec.shape, spec.dtype) == ("arg0", (3,), np.float32)
     out = exe.execute(np.arange(3, dtype=np.float32)).to_numpy()
     np.testing.assert_array_equal(out, np.arange(3, dtype=np.float32) * 2 + 1)
     with pytest.raises(
-        TypeError, match=r"Argument 0 compiled with float32\[3\] and called with float32\[4\]"
+        TypeError, match=r"Argument 'arg0' compiled with float32\[3\] and called with float32\[4\]"
     ):
         exe.execute(np.zeros(4, np.float32))
+
+
+def _bytecode(text: str) -> bytes:
+    from jax._src.interpreters import mlir
+    from jaxlib.mlir import ir
+
+    with mlir.make_ir_context():
+        return bytes(mlir.module_to_bytecode(ir.Module.parse(text)))
+
+
+def test_bytecode_program_honours_its_replica_count() -> None:
+    pytest.importorskip("jax", reason="jax's MLIR bindings write the bytecode")
+    from test_sharded import ALL_REDUCE_4
+
+    client = pjrt_py.Client()
+    exe = client.compile(_bytecode(ALL_REDUCE_4))
+    assert exe.num_replicas == 4  # mhlo.num_replicas = 4, read from the bytecode
+    shards = [[np.full(3, i, np.float32)] for i in range(4)]
+    out = [row[0].to_numpy() for row in exe.execute_sharded(shards)]
+    np.testing.assert_array_equal(out, np.full((4, 3), 6, np.float32))
+
+
+def test_bytecode_with_module_counts_is_refused_without_mlir_bindings(tmp_path: Path) -> None:
+    pytest.importorskip("jax", reason="jax's MLIR bindings write the bytecode")
+    from test_sharded import ALL_REDUCE_4
+
+    data = tmp_path / "psum.mlirbc"
+    data.write_bytes(_bytecode(ALL_REDUCE_4))
+    result = run_python(
+        f"""
+        import sys
+        sys.modules["jax"] = sys.modules["jaxlib"] = None  # as if jax were not installed
+        import pjrt_py
+        client = pjrt_py.Client()
+        code = open({str(data)!r}, "rb").read()
+        try:
+            client.compile(code)
+        except ValueError as e:
+            assert "mhlo.num_replicas" in str(e) and "num_replicas=" in str(e), e
+            print("REFUSED")
+        exe = client.compile(code, num_replicas=4, num_partitions=1)
+        assert exe.num_replicas == 4
+        print("OK")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "REFUSED" in result.stdout and "OK" in result.stdout
 
 
 def test_invalid_program_raises_with_the_compiler_message(client: pjrt_py.Client) -> None:

@@ -1,0 +1,485 @@
+"""Crash-isolated compiles: compile in a helper process, load the result here.
+
+``client.compile(..., isolate=True)``, ``Client(isolate_compile=True)`` or
+``$PJRT_PY_ISOLATE_COMPILE=1`` (the client default) compile in a helper
+process that made a client of the same plugin with the same create options,
+so it has the same devices. The helper compiles, serializes the executable
+(``Executable.serialize()``'s envelope) and sends it back; the parent loads it
+with the same identity check as ``Client.deserialize``. A compiler that
+crashes takes down the helper only: the parent raises
+:class:`~pjrt_py.CompilerCrashError` naming the signal, with the tail of the
+helper's output (where XLA prints a failed ``CHECK``); the next isolated
+compile starts a new helper. A compile error the helper raises (a
+:class:`~pjrt_py.PjrtError` subclass, ``ValueError``, ...) is raised again in
+the parent with the same class and message.
+
+Protocol. Two pipes, one each way, in the helper as the file descriptors
+named on its command line; its stdout and stderr go to an anonymous
+temporary file the parent reads the tail of. A request is a header
+``<BQQ`` (kind: MLIR text or bytecode, program size, options size), then the
+program bytes, then the serialized ``CompileOptionsProto``. A reply is
+``<BQ`` (status, size) and a payload: the serialized executable, or a JSON
+description of the exception. The helper reads requests until its request
+pipe closes, then exits at once (``os._exit``).
+
+Lifetime. One helper per client (:class:`IsolatedCompiler`, the client's
+``compile_helper``), started on the first isolated compile and reused; a lock
+keeps concurrent compiles from interleaving their messages. It stops when
+the client closes (idempotent; after close, compiling raises ``ValueError``),
+when the client is collected, and at interpreter exit. A helper that died
+(crash, timeout, Ctrl-C during the wait, killed from outside) is reaped at
+once, so none is left as a zombie. If the parent dies the helper reads the
+end of its request pipe and exits. In a child of ``os.fork()`` the inherited
+pipes are closed and the parent's helper is never signalled or waited for;
+the child's own clients start their own helpers.
+
+``$PJRT_PY_COMPILE_TIMEOUT`` (seconds, default none) bounds each isolated
+compile, the helper's start included: past it the helper is killed and
+:class:`~pjrt_py.DeadlineExceededError` is raised.
+
+Test hook: a helper started with ``$PJRT_PY_ISOLATE_TEST_CRASH`` set to
+``segv``, ``abort`` or ``hang`` kills itself with ``SIGSEGV``, aborts
+(``SIGABRT``) or never answers when asked to compile a program containing
+:data:`TEST_CRASH_MARKER` (e.g. in an MLIR ``//`` comment), so tests need no
+real compiler bug.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import faulthandler
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from . import _runtime, errors
+from .errors import CompilerCrashError, DeadlineExceededError, PjrtError
+
+ENV_DEFAULT = "PJRT_PY_ISOLATE_COMPILE"
+ENV_TIMEOUT = "PJRT_PY_COMPILE_TIMEOUT"
+ENV_TEST_CRASH = "PJRT_PY_ISOLATE_TEST_CRASH"
+TEST_CRASH_MARKER = b"pjrt_py.isolate.test_crash"
+
+_REQUEST = struct.Struct("<BQQ")  # kind, program bytes, options bytes
+_REPLY = struct.Struct("<BQ")  # status, payload bytes
+_TEXT, _BYTECODE = 1, 2
+_OK, _ERROR, _FATAL = 0, 1, 2  # _FATAL: the helper could not start and exits
+_TAIL_BYTES = 8192  # of output read back after a crash
+_TAIL_LINES = 40
+_MAX_OUTPUT = 1 << 20  # the helper truncates its output file past this, between compiles
+_STOP_GRACE = 5.0  # seconds a stopping or dying helper gets before SIGKILL
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"", "0", "false", "no", "off"}
+
+
+def env_default() -> bool:
+    """Whether clients compile in isolation by default: ``$PJRT_PY_ISOLATE_COMPILE``."""
+    text = os.environ.get(ENV_DEFAULT, "").strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{ENV_DEFAULT} must be 1 or 0 (true/false), not {text!r}")
+
+
+def compile_timeout() -> float | None:
+    """Seconds an isolated compile may take (``$PJRT_PY_COMPILE_TIMEOUT``); None: no limit."""
+    seconds = _runtime._env_number(ENV_TIMEOUT, 0.0, 1.0, "seconds")
+    return seconds or None
+
+
+class _HelperDied(Exception):
+    """The helper's pipe closed under a request: it died."""
+
+
+class _Worker:
+    """One running helper process and the parent's ends of its pipes."""
+
+    def __init__(self, plugin_path: str, options: dict[str, Any]) -> None:
+        self.owner = os.getpid()
+        self.stopped = False
+        # The helper's stdout and stderr (unlinked already): the crash report's tail.
+        self.output: BinaryIO = tempfile.TemporaryFile(prefix="pjrt_py_compile_")  # noqa: SIM115
+        req_r, self.req_w = os.pipe()
+        self.resp_r, resp_w = os.pipe()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parent.parent)  # this very pjrt_py
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        command = [
+            sys.executable,
+            "-c",
+            "from pjrt_py.isolate import main; main()",
+            str(req_r),
+            str(resp_w),
+            plugin_path,
+            json.dumps(options),
+        ]
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                pass_fds=(req_r, resp_w),
+                stdin=subprocess.DEVNULL,
+                stdout=self.output,
+                stderr=self.output,
+                env=env,
+            )
+        except BaseException:
+            self._close_fds()
+            self.output.close()
+            raise
+        finally:
+            os.close(req_r)
+            os.close(resp_w)
+        os.set_blocking(self.req_w, False)
+        os.set_blocking(self.resp_r, False)
+        _WORKERS.add(self)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return not self.stopped and self.proc.poll() is None
+
+    # -- one request, one reply ------------------------------------------
+    def exchange(
+        self, kind: int, code: bytes, options: bytes, deadline: float | None
+    ) -> tuple[int, bytes]:
+        """Send a request and read its reply. ``_HelperDied`` if the helper
+        went away, ``TimeoutError`` past ``deadline`` (``time.monotonic()``)."""
+        try:
+            for data in (_REQUEST.pack(kind, len(code), len(options)), code, options):
+                self._write(data, deadline)
+            status, size = _REPLY.unpack(self._read(_REPLY.size, deadline))
+            return status, self._read(size, deadline)
+        except TimeoutError:
+            raise
+        except OSError as e:  # a broken pipe, or pipes closed by close() from another thread
+            raise _HelperDied from e
+
+    def _wait(self, fd: int, events: int, deadline: float | None) -> None:
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise TimeoutError
+        poller = select.poll()
+        poller.register(fd, events)
+        poller.poll(None if remaining is None else remaining * 1000)
+
+    def _write(self, data: bytes, deadline: float | None) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.req_w, view) :]
+            except BlockingIOError:
+                self._wait(self.req_w, select.POLLOUT, deadline)
+
+    def _read(self, size: int, deadline: float | None) -> bytes:
+        buf = bytearray(size)
+        view, got = memoryview(buf), 0
+        while got < size:
+            try:
+                n = os.readv(self.resp_r, [view[got:]])
+            except BlockingIOError:
+                self._wait(self.resp_r, select.POLLIN, deadline)
+                continue
+            if n == 0:
+                raise _HelperDied
+            got += n
+        return bytes(buf)
+
+    # -- ending ------------------------------------------------------------
+    def output_tail(self) -> str:
+        """The last lines the helper wrote to its stdout and stderr."""
+        try:
+            fd = self.output.fileno()
+            size = os.fstat(fd).st_size
+            start = max(0, size - _TAIL_BYTES)
+            data = os.pread(fd, size - start, start)
+        except (OSError, ValueError):
+            return ""
+        lines = data.decode("utf-8", "replace").splitlines()[-_TAIL_LINES:]
+        return "\n".join(lines)
+
+    def kill(self) -> None:
+        """SIGKILL the helper (in the process that started it only)."""
+        if os.getpid() == self.owner and self.proc.returncode is None:
+            self.proc.kill()
+
+    def reap(self) -> int:
+        """Wait for the helper to end (SIGKILL after a grace period); its status."""
+        try:
+            return self.proc.wait(_STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """End the helper: close its request pipe (it exits at once), wait
+        for it, SIGKILL it after a grace period. Idempotent. In a forked
+        child only the inherited pipes are closed: the helper is the parent's."""
+        if self.stopped:
+            return
+        self.stopped = True
+        _WORKERS.discard(self)
+        self._close_fds()
+        if os.getpid() != self.owner:
+            return
+        try:
+            self.proc.wait(_STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        finally:
+            self.output.close()
+
+    def _close_fds(self) -> None:
+        fds, self.req_w, self.resp_r = (self.req_w, self.resp_r), -1, -1
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+
+_WORKERS: weakref.WeakSet[_Worker] = weakref.WeakSet()
+
+
+def _abandon_inherited() -> None:
+    """In a child of ``os.fork()``: let go of the parent's helpers' pipes."""
+    for worker in list(_WORKERS):
+        worker.stop()
+
+
+_runtime.reset_in_child(_abandon_inherited)
+
+
+class IsolatedCompiler:
+    """A client's compile helper process: started on first use, then reused.
+
+    Attributes
+    ----------
+    plugin_path : str
+        The plugin the helper loads.
+    options : dict
+        The client create options the helper's client is made with.
+    """
+
+    def __init__(self, plugin_path: str, options: dict[str, Any]) -> None:
+        self.plugin_path = plugin_path
+        self.options = dict(options)
+        self._lock = threading.Lock()
+        self._worker: _Worker | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+        self._closed = False
+
+    @property
+    def pid(self) -> int | None:
+        """The running helper's process id, or None if there is none."""
+        worker = self._worker
+        return worker.pid if worker is not None and worker.alive() else None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def compile(self, program: str | bytes, code: bytes, options: bytes) -> bytes:
+        """Compile ``code`` (``program`` encoded) in the helper; the serialized executable.
+
+        Raises
+        ------
+        CompilerCrashError
+            If the helper died while compiling.
+        DeadlineExceededError
+            If ``$PJRT_PY_COMPILE_TIMEOUT`` passed (the helper is killed).
+        PjrtError, ValueError, ...
+            What the compile raised in the helper: same class, same message.
+        """
+        timeout = compile_timeout()
+        kind = _TEXT if isinstance(program, str) else _BYTECODE
+        with self._lock:
+            if self._closed:
+                raise ValueError("the client is closed: its compile helper was stopped")
+            deadline = None if timeout is None else time.monotonic() + timeout
+            worker = self._worker
+            if worker is None or not worker.alive():
+                worker = self._start()
+            try:
+                status, payload = worker.exchange(kind, code, options, deadline)
+            except _HelperDied:
+                output = worker.output_tail()
+                returncode = worker.reap()
+                self._drop(worker)
+                if self._closed:
+                    raise ValueError("the client was closed during an isolated compile") from None
+                raise _crash(worker.pid, returncode, output) from None
+            except TimeoutError:
+                output = worker.output_tail()
+                worker.kill()
+                worker.reap()
+                self._drop(worker)
+                raise DeadlineExceededError(
+                    f"an isolated compile took longer than {timeout:g} s ({ENV_TIMEOUT}); "
+                    f"its helper process (pid {worker.pid}) was killed"
+                    + (f". Its last output:\n{output}" if output else "")
+                ) from None
+            except BaseException:  # Ctrl-C mid-exchange: the pipes are out of step
+                worker.kill()
+                worker.reap()
+                self._drop(worker)
+                raise
+            if self._closed:  # close() ran while this compile was starting or running
+                self._drop(worker)
+                raise ValueError("the client was closed during an isolated compile")
+            if status == _OK:
+                return payload
+            if status == _FATAL:  # it could not start, and exits
+                worker.reap()
+                self._drop(worker)
+            raise _rebuild(json.loads(payload))
+
+    def _start(self) -> _Worker:
+        if self._worker is not None:
+            self._drop(self._worker)
+        worker = _Worker(self.plugin_path, self.options)
+        self._worker = worker
+        self._finalizer = weakref.finalize(self, worker.stop)  # collected, or at exit
+        return worker
+
+    def _drop(self, worker: _Worker) -> None:
+        worker.stop()
+        if self._worker is worker:
+            self._worker = None
+            if self._finalizer is not None:
+                self._finalizer.detach()
+                self._finalizer = None
+
+    def close(self) -> None:
+        """Stop the helper; later compiles raise ``ValueError``. Idempotent.
+
+        A compile in flight on another thread has its helper killed, and
+        raises ``ValueError``."""
+        self._closed = True
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._worker is not None:
+                    self._drop(self._worker)
+            finally:
+                self._lock.release()
+        elif self._worker is not None:
+            self._worker.kill()  # the compiling thread sees it die, reaps and raises
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"pid {self.pid}" if self.pid else "not started"
+        return f"<IsolatedCompiler {self.plugin_path} ({state})>"
+
+
+def _crash(pid: int, returncode: int, output: str) -> CompilerCrashError:
+    sig: signal.Signals | None = None
+    if returncode < 0:
+        sig = signal.Signals(-returncode)
+        how = f"was killed by {sig.name} ({signal.strsignal(sig) or sig.name})"
+    else:
+        how = f"exited with status {returncode}"
+    message = f"the compiler crashed: the compile helper process (pid {pid}) {how} while compiling"
+    message += f". Its last output:\n{output}" if output else " (it wrote no output)"
+    return CompilerCrashError(message, signal=sig, returncode=returncode, output=output)
+
+
+def _describe(exc: BaseException) -> bytes:
+    cls = type(exc)
+    message = exc.message if isinstance(exc, PjrtError) else str(exc)
+    code = exc.code if isinstance(exc, PjrtError) else None
+    return json.dumps(
+        {"module": cls.__module__, "name": cls.__qualname__, "message": message, "code": code}
+    ).encode()
+
+
+def _rebuild(desc: dict[str, Any]) -> Exception:
+    """The exception a helper described: same class (pjrt_py's or a builtin), same message."""
+    module, name, message = desc["module"], desc["name"], desc["message"]
+    source = {"pjrt_py.errors": errors, "builtins": builtins}.get(module)
+    cls = getattr(source, name, None) if source is not None else None
+    if isinstance(cls, type) and issubclass(cls, PjrtError):
+        code = desc.get("code")
+        return cls(message, code if isinstance(code, int) else None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except TypeError:
+            pass
+    return PjrtError(f"{module}.{name} in the compile helper: {message}")
+
+
+# -- the helper process ----------------------------------------------------
+def _test_crash(how: str) -> None:
+    print(f"pjrt_py.isolate: test hook {ENV_TEST_CRASH}={how}", file=sys.stderr, flush=True)
+    if how == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    elif how == "abort":
+        os.abort()
+    elif how == "hang":
+        while True:
+            time.sleep(3600)
+
+
+def _reply(out: BinaryIO, status: int, payload: bytes) -> None:
+    out.write(_REPLY.pack(status, len(payload)))
+    out.write(payload)
+    out.flush()
+
+
+def main() -> None:
+    """The helper process's loop.
+
+    Run as ``python -c 'from pjrt_py.isolate import main; main()' IN OUT PLUGIN OPTIONS``:
+    the request and reply pipes' descriptors, the plugin path, the client
+    create options as JSON.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    faulthandler.enable()  # a crash prints the Python stack into the output tail
+    from .client import Client
+
+    in_fd, out_fd, plugin_path, options = sys.argv[1:5]
+    requests = os.fdopen(int(in_fd), "rb")
+    replies = os.fdopen(int(out_fd), "wb")
+    try:
+        client = Client(plugin_path, json.loads(options), cache_dir=False, isolate_compile=False)
+    except Exception as exc:
+        _reply(replies, _FATAL, _describe(exc))
+        os._exit(1)
+    crash = os.environ.get(ENV_TEST_CRASH)
+    while True:
+        head = requests.read(_REQUEST.size)
+        if len(head) < _REQUEST.size:
+            os._exit(0)  # the parent closed the pipe, or died
+        kind, code_size, options_size = _REQUEST.unpack(head)
+        code, compile_options = requests.read(code_size), requests.read(options_size)
+        if len(code) < code_size or len(compile_options) < options_size:
+            os._exit(0)
+        if os.fstat(2).st_size > _MAX_OUTPUT:
+            sys.stderr.flush()
+            os.ftruncate(2, 0)
+            os.lseek(2, 0, os.SEEK_SET)
+        if crash and TEST_CRASH_MARKER in code:
+            _test_crash(crash)
+        try:
+            program = code.decode() if kind == _TEXT else code
+            compiled = client._compile(program, code, compile_options)
+            data = compiled.serialize(compiled.signature)
+            del compiled
+        except Exception as exc:
+            _reply(replies, _ERROR, _describe(exc))
+        else:
+            _reply(replies, _OK, data)

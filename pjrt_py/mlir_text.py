@@ -1,0 +1,389 @@
+"""MLIR program text: a small lexer, and the checks run before a plugin sees it.
+
+The CPU plugins crash the whole process, rather than report an error, on a
+few kinds of program: a recursive ``@main`` (through ``func.call``) crashes
+compilation, tens of thousands of nested brackets overflow the MLIR parser's
+stack, and a type whose size overflows int64 aborts. :func:`check_program`
+turns each into a ``ValueError`` first.
+
+The lexer is regular expressions over the whole text, not a Python loop per
+character: comments and string literals are blanked out (same length, same
+line breaks, so every offset and line number still holds) and everything
+else is read from that clean copy, with values taken from the original at
+the same offsets. Bracket depth is one numpy pass over the clean copy.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import numpy as np
+
+from .dtypes import MLIR_NAMES
+from .program import ArgSpec
+
+# jax programs nest brackets fewer than 50 deep (a while in a cond in a while
+# is about ten). The parser recurses once per level; it overflows an 8 MiB
+# stack at about 30,000 levels, and a thread with a smaller stack sooner, so
+# the limit keeps a wide margin on both sides.
+MAX_DEPTH = 1000
+INT64_MAX = 2**63 - 1
+BYTECODE_MAGIC = b"ML\xefR"
+
+# A comment, or a string literal (with escapes). A regex that starts with a
+# literal, or a small set of characters, is searched for at C speed: hence no
+# look-behinds, and the character before a keyword is checked in Python.
+_NOISE = re.compile(r'//[^\n]*|"(?:[^"\\]|\\.)*"', re.S)
+_WORD_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.$@%#!-")
+_STEP = np.zeros(256, np.int8)
+_STEP[np.frombuffer(b"([{<", np.uint8)] = 1
+_STEP[np.frombuffer(b")]}>", np.uint8)] = -1
+_SYMBOL = r"@[\w$.]+"
+_DEFINE = re.compile(rf"func\.func\s+(?:(?:public|private|nested)\s+)*({_SYMBOL})")
+_CALL = re.compile(rf"call(?:ee\s*=\s*|\s+)({_SYMBOL})")  # call @f, func.call @f, callee = @f
+_MAIN = re.compile(r"func\.func\s+(?:(?:public|private|nested)\s+)*@main\s*\(")
+_MODULE = re.compile(r"module\b(?:\s*@[\w$.]+)?\s*(?P<attrs>attributes\s*\{)?")
+# A shaped type with at least 18 characters of dimensions (fewer hold at most
+# 17 digits: under 10**17 elements of at most 16 bytes, far below int64),
+# then its dimensions and element type.
+_SHAPED = [
+    re.compile(
+        rf"{kind}<(?=[\d?x\[\]\s]{{18}})\s*((?:(?:\d+|\?|\[\s*\d+\s*\])\s*x\s*)+)"
+        r"(complex<)?\s*([\w.!]*)"
+    )
+    for kind in ("tensor", "memref", "vector")
+]
+_BITS = re.compile(r"[a-z]+(\d+)")
+_LIST_PUNCT = re.compile(r"[()\[\]{}<>,]")
+_PARAM_NAME = re.compile(r"\s*(%[\w.$-]+)\s*:\s*")
+_AFTER_TYPE = re.compile(r"\{|\bloc\(")
+_ARG_INFO = re.compile(r"jax\.arg_info\s*=")  # no \s* after: blanked strings are spaces
+_ESCAPE = re.compile(r"\\(?:([0-9a-fA-F]{2})|(.))", re.S)
+_INT_VALUE = re.compile(r"\s*(-?\d+)\s*(?::\s*[\w.!]+)?\s*")
+
+
+class _Lexed:
+    """``text``, and ``clean``: the same text with comments and strings blanked."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        codes = np.frombuffer(text.encode("utf-32-le"), np.uint32).copy()  # one per character
+        spans = np.array([m.span() for m in _NOISE.finditer(text)], np.intp).reshape(-1, 2)
+        starts, ends = spans[:, 0], spans[:, 1]
+        # @"quoted name" stays a symbol of the same length: @$$$$$
+        quoted = (starts > 0) & (codes[starts - 1] == ord("@"))
+        keep = codes != ord("\n")
+        codes[_inside(starts, ends, codes.size) & keep] = ord(" ")
+        codes[_inside(starts[quoted], ends[quoted], codes.size) & keep] = ord("$")
+        codes[1:][(codes[:-1] == ord("-")) & (codes[1:] == ord(">"))] = ord(" ")  # not a bracket
+        self.clean = codes.tobytes().decode("utf-32-le")
+        # The brackets' offsets, and the depth after each one. A stray closer
+        # never takes the depth below 0 (so it cannot hide openers after it).
+        steps = _STEP[np.minimum(codes, 255)]
+        self.bracket_at = np.flatnonzero(steps)
+        total = np.cumsum(steps[self.bracket_at], dtype=np.int64)
+        self.depth = total - np.minimum.accumulate(np.minimum(total, 0))
+
+    def depths_at(self, offsets: list[int]) -> list[int]:
+        """The depth just before each of ``offsets``."""
+        before = np.searchsorted(self.bracket_at, np.asarray(offsets, np.intp))
+        return [int(self.depth[k - 1]) if k else 0 for k in before.tolist()]
+
+    def starts_word(self, pos: int) -> bool:
+        """Whether a keyword at ``pos`` is not the tail of a longer name."""
+        return pos == 0 or self.clean[pos - 1] not in _WORD_CHARS
+
+    def line(self, pos: int) -> int:
+        return self.text.count("\n", 0, pos) + 1
+
+    def spans(self, open_at: int) -> tuple[list[tuple[int, int]], int]:
+        """Spans of the top-level comma-separated items of the list opening at
+        ``open_at``, and the offset of its closing bracket."""
+        depth, begin, spans = 0, open_at + 1, []
+        for m in _LIST_PUNCT.finditer(self.clean, open_at):
+            c = m.group()
+            if c in "([{<":
+                depth += 1
+            elif c == ",":
+                if depth == 1:
+                    spans.append((begin, m.start()))
+                    begin = m.end()
+            else:
+                depth -= 1
+                if depth == 0:
+                    spans.append((begin, m.start()))
+                    return [s for s in spans if self.clean[s[0] : s[1]].strip()], m.start()
+        raise ValueError(f"unbalanced brackets in the list at line {self.line(open_at)}")
+
+    def string_at(self, pos: int) -> str | None:
+        """The value of the string literal starting at ``pos``, if one does."""
+        while pos < len(self.text) and self.text[pos].isspace():
+            pos += 1
+        m = _NOISE.match(self.text, pos)
+        if m is None or not m.group().startswith('"'):
+            return None
+        return _ESCAPE.sub(_unescape, m.group()[1:-1])
+
+
+def _unescape(m: re.Match[str]) -> str:
+    return chr(int(m.group(1), 16)) if m.group(1) else {"n": "\n", "t": "\t"}.get(m[2], m[2])
+
+
+def _inside(starts: np.ndarray[Any, Any], ends: np.ndarray[Any, Any], size: int) -> Any:
+    """A mask of the characters in the sorted, disjoint spans ``[starts, ends)``."""
+    edges = np.zeros(size + 1, np.int8)
+    edges[starts] = 1
+    edges[ends] -= 1  # 0 where one span ends and the next starts
+    return np.cumsum(edges[:size], dtype=np.int8) > 0
+
+
+@functools.lru_cache(maxsize=2)  # compile checks, then reads, the same text
+def _lex(text: str) -> _Lexed:
+    return _Lexed(text)
+
+
+# -- checks --------------------------------------------------------------------
+
+
+def check_program(text: str) -> None:
+    """Raise ``ValueError`` for text that would crash a plugin instead of failing.
+
+    Checked: bracket nesting deeper than :data:`MAX_DEPTH`; a cycle of calls
+    among the module's functions (``call``, ``func.call`` or ``callee =``);
+    a ``tensor`` / ``memref`` / ``vector`` type whose static element count,
+    or size in bytes, exceeds int64. Comments and strings are ignored. Other
+    errors, a missing ``@main`` included, are left to the compiler.
+    """
+    lexed = _lex(text)
+    _check_depth(lexed)
+    _check_types(lexed)
+    _check_calls(lexed)
+
+
+def _check_depth(lexed: _Lexed) -> None:
+    depth = lexed.depth
+    if depth.size and int(depth.max()) > MAX_DEPTH:
+        where = int(lexed.bracket_at[int(np.argmax(depth > MAX_DEPTH))])
+        raise ValueError(
+            f"program nests brackets more than {MAX_DEPTH} deep (line {lexed.line(where)}); "
+            "the MLIR parser would overflow its stack"
+        )
+
+
+def _check_types(lexed: _Lexed) -> None:
+    for pattern in _SHAPED:
+        for m in pattern.finditer(lexed.clean):
+            dims = [int(d) for d in re.findall(r"\d+", m.group(1))]
+            count = 1
+            for d in dims:
+                count *= d
+            bits = _BITS.match(m.group(3))
+            width = -(-int(bits.group(1)) // 8) if bits else 8  # unknown element: 8 bytes
+            width *= 2 if m.group(2) else 1
+            if max(dims, default=0) > INT64_MAX or count * width > INT64_MAX:
+                raise ValueError(
+                    f"type {lexed.text[m.start() : m.end()]}...> at line {lexed.line(m.start())} "
+                    f"has {count} elements of {width} byte(s): its size overflows int64"
+                )
+
+
+def _check_calls(lexed: _Lexed) -> None:
+    events = [(m.start(), m.start(1), m.end(1), True) for m in _DEFINE.finditer(lexed.clean)]
+    for m in _CALL.finditer(lexed.clean):
+        start = m.start()
+        if lexed.clean.startswith("func.", start - 5) and not m.group().startswith("callee"):
+            start -= 5
+        if lexed.starts_word(start):
+            events.append((start, m.start(1), m.end(1), False))
+    events.sort()
+    depths = lexed.depths_at([e[0] for e in events])
+    calls: dict[str, list[tuple[str, int]]] = {}  # function -> (callee, offset)
+    current: tuple[str, int] | None = None  # the function being read, its depth
+    for (start, begin, end, define), depth in zip(events, depths, strict=True):
+        name = lexed.text[begin:end]  # quoted names (@"f") from the text
+        if define:
+            if lexed.starts_word(start):
+                current = (name, depth)
+                calls.setdefault(name, [])
+        elif current is not None and depth > current[1]:
+            calls[current[0]].append((name, start))
+    cycle = _find_cycle(calls)
+    if cycle is not None:
+        path, at = cycle
+        raise ValueError(
+            f"program calls itself recursively: {' -> '.join(path)} (the call at line "
+            f"{lexed.line(at)}); XLA cannot compile recursion"
+        )
+
+
+def _find_cycle(calls: dict[str, list[tuple[str, int]]]) -> tuple[list[str], int] | None:
+    """A cycle as ``[@a, @b, @a]`` with the offset of its closing call, or None.
+
+    Iterative depth-first search, ``@main`` first, so a deep call chain
+    cannot exhaust Python's stack.
+    """
+    order = sorted(calls, key=lambda name: name != "@main")
+    done: set[str] = set()
+    for root in order:
+        if root in done:
+            continue
+        path, on_path = [root], {root: 0}
+        stack = [iter(calls[root])]
+        while stack:
+            step = next(stack[-1], None)
+            if step is None:
+                stack.pop()
+                finished = path.pop()
+                del on_path[finished]
+                done.add(finished)
+                continue
+            callee, at = step
+            if callee in on_path:
+                return [*path[on_path[callee] :], callee], at
+            if callee in calls and callee not in done:
+                on_path[callee] = len(path)
+                path.append(callee)
+                stack.append(iter(calls[callee]))
+    return None
+
+
+# -- reading ---------------------------------------------------------------------
+
+
+_OPEN, _CLOSE = "([{<", ")]}>"
+
+
+def split_top_level(text: str, start: int) -> tuple[list[str], int]:
+    """Split the parenthesised list opening at text[start] on top-level commas."""
+    depth, i, parts, begin = 0, start, [], start + 1
+    in_string = False
+    while i < len(text):
+        c = text[i]
+        if in_string:
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c == "-" and text.startswith("->", i):
+            i += 1  # an arrow inside a type is not a closing '>'
+        elif c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+            if depth == 0:
+                parts.append(text[begin:i])
+                return [p.strip() for p in parts if p.strip()], i
+        elif c == "," and depth == 1:
+            parts.append(text[begin:i])
+            begin = i + 1
+        i += 1
+    raise ValueError("unbalanced brackets in @main's signature")
+
+
+def find_main(text: str) -> tuple[int, int] | None:
+    """Offsets of ``func.func`` and of the ``(`` opening ``@main``'s parameters.
+
+    Only a real definition counts (not one in a comment or string), in the
+    top-level module (or a bare function list).
+    """
+    lexed = _lex(text)
+    found = [m for m in _MAIN.finditer(lexed.clean) if lexed.starts_word(m.start())]
+    depths = lexed.depths_at([m.start() for m in found])
+    return next(
+        ((m.start(), m.end() - 1) for m, d in zip(found, depths, strict=True) if d <= 1), None
+    )
+
+
+def main_signature(text: str) -> list[ArgSpec] | None:
+    """The parameters of ``@main``, or None if it cannot be found or read.
+
+    Names come from ``jax.arg_info`` where present, else from ``%name``.
+    """
+    found = find_main(text)
+    if found is None:
+        return None
+    lexed = _lex(text)
+    try:
+        spans, _ = lexed.spans(found[1])
+    except ValueError:
+        return None
+    specs = []
+    for index, (begin, end) in enumerate(spans):
+        head = _PARAM_NAME.match(lexed.clean, begin, end)
+        if head is None:
+            return None
+        after = _AFTER_TYPE.search(lexed.clean, head.end(), end)  # attributes, location
+        type_end = end if after is None else after.start()
+        info = _ARG_INFO.search(lexed.clean, head.end(), end)
+        name = (info and lexed.string_at(info.end())) or head.group(1).lstrip("%")
+        shape, dtype = tensor_type(lexed.text[head.end() : type_end])
+        specs.append(ArgSpec(name or f"arg{index}", shape, dtype))
+    return specs
+
+
+def tensor_type(text: str) -> tuple[tuple[int | None, ...] | None, np.dtype[Any] | None]:
+    """Shape (None dims are dynamic) and dtype of ``tensor<...>``; Nones otherwise."""
+    m = re.match(r"tensor<(.*)>$", text.strip(), re.S)
+    if not m:
+        return None, None
+    body = re.sub(r",\s*#.*$", "", m.group(1), flags=re.S)  # an encoding such as bounds
+    dims = re.match(r"((?:(?:\d+|\?)x)*)(.*)$", body, re.S)
+    assert dims is not None  # the pattern matches any text
+    shape = tuple(None if d == "?" else int(d) for d in dims.group(1).split("x") if d)
+    return shape, MLIR_NAMES.get(dims.group(2).strip())
+
+
+def module_attribute_int(text: str, name: str) -> int | None:
+    """The integer value of attribute ``name`` of the top-level module, if it has one.
+
+    Only the ``module ... attributes {...}`` dictionary counts: not comments,
+    strings, or the attributes of functions and operations.
+    """
+    lexed = _lex(text)
+    module = next((m for m in _MODULE.finditer(lexed.clean) if _is_module(lexed, m)), None)
+    if module is None or module.group("attrs") is None:
+        return None
+    spans, _ = lexed.spans(module.end() - 1)
+    for begin, end in spans:
+        equals = lexed.clean.find("=", begin, end)
+        if equals < 0 or lexed.text[begin:equals].strip().strip('"') != name:
+            continue
+        value = _INT_VALUE.fullmatch(lexed.text, equals + 1, end)
+        return int(value.group(1)) if value else None
+    return None
+
+
+def _is_module(lexed: _Lexed, m: re.Match[str]) -> bool:
+    """Whether ``module`` at ``m`` is the keyword of the top-level module."""
+    start = m.start() - 8 if lexed.clean.startswith("builtin.", m.start() - 8) else m.start()
+    return lexed.starts_word(start) and lexed.depths_at([start]) == [0]
+
+
+def is_bytecode(code: bytes) -> bool:
+    """Whether ``code`` is MLIR bytecode (it starts with ``ML\\xefR``)."""
+    return code[:4] == BYTECODE_MAGIC
+
+
+def bytecode_to_text(code: bytes) -> str | None:
+    """The text of an MLIR bytecode module, read with jax's MLIR bindings.
+
+    None when ``code`` is not bytecode, jax is not installed, or the module
+    cannot be read.
+    """
+    if not is_bytecode(code):
+        return None
+    try:
+        from jax._src.interpreters import mlir  # noqa: PLC0415 - jax is optional
+        from jaxlib.mlir import ir  # noqa: PLC0415
+    except ImportError:
+        return None
+    try:
+        with mlir.make_ir_context():
+            module = ir.Module.parse(code)
+            return str(module.operation.get_asm(enable_debug_info=False))
+    except Exception:  # MLIRError, or an older jax's other error: the compiler reports it
+        return None
