@@ -90,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
     with open(args.program) as f:
         program = f.read()
     client = Client(args.plugin)
-    exe = client.compile(program)
+    exe = client.compile(program, isolate=True)  # a compiler crash is an error, not a death
     inputs = [np.load(path) for path in args.input]
     result = exe.execute(*inputs)
     outputs = [] if result is None else list(result) if isinstance(result, tuple) else [result]
@@ -108,6 +108,12 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _test(args: argparse.Namespace) -> int:
+    from .conformance.command import run_command
+
+    return run_command(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="pjrt-py", description="PJRT plugins from Python")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -121,6 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("-o", "--output", action="append", default=[], help=".npy output (repeat)")
     run.add_argument("--plugin", help="cpu, cuda, tpu, rocm or a plugin path")
     run.set_defaults(fn=_run)
+    from .conformance.command import add_arguments
+
+    test = sub.add_parser("test", help="run conformance test files on one or more plugins")
+    add_arguments(test)
+    test.set_defaults(fn=_test)
     args = parser.parse_args(argv)
     try:
         code: int = args.fn(args)

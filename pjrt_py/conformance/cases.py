@@ -1,0 +1,73 @@
+"""Finding and loading test cases.
+
+A case is one ``.mlir`` file. Its sibling ``.npy`` files, named
+``<stem>.input<N>.npy`` and ``<stem>.expected<N>.npy`` (N from 0, no gaps),
+are ``@main``'s arguments and the expected values of its first results.
+Check calls in ``@main`` (:mod:`pjrt_py.conformance.checks`) are honoured
+either way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+SUFFIX = ".mlir"
+
+
+def discover(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    """The ``.mlir`` files named or found (recursively, sorted) under ``paths``.
+
+    Raises
+    ------
+    FileNotFoundError
+        For a path that does not exist.
+    """
+    found: list[Path] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob(f"*{SUFFIX}") if p.is_file())
+        elif path.is_file():
+            files = [path]
+        else:
+            raise FileNotFoundError(f"no such file or directory: {path}")
+        for file in files:
+            key = file.resolve()
+            if key not in seen:
+                seen.add(key)
+                found.append(file)
+    return found
+
+
+def _numbered(path: Path, role: str) -> list[Path]:
+    stem = path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.stem
+    files: list[Path] = []
+    while (candidate := path.with_name(f"{stem}.{role}{len(files)}.npy")).exists():
+        files.append(candidate)
+    return files
+
+
+@dataclass
+class Case:
+    """A loaded case: program text, arguments, expected leading results."""
+
+    path: Path
+    text: str
+    inputs: list[npt.NDArray[Any]]
+    expected: list[npt.NDArray[Any]]
+
+
+def load(path: Path) -> Case:
+    """Read a case's program and its sibling ``.npy`` files."""
+    text = path.read_text()
+    inputs = [np.load(p) for p in _numbered(path, "input")]
+    expected = [np.load(p) for p in _numbered(path, "expected")]
+    return Case(path, text, inputs, expected)

@@ -1,0 +1,69 @@
+"""``pjrt-py test PATH...``: the command line of the conformance runner."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import cases, report, runner, targets
+
+DEFAULT_TIMEOUT = 60.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``test`` subcommand's options."""
+    parser.add_argument("paths", nargs="+", metavar="PATH", help=".mlir files or directories")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        help="a plugin .so path, a platform name (cpu) or a distribution name (repeat)",
+    )
+    parser.add_argument(
+        "--all-plugins", action="store_true", help="every plugin pjrt_py.plugins() finds"
+    )
+    parser.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="worker processes per plugin (default: the CPU count)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds per case, compile included (default {DEFAULT_TIMEOUT:g})",
+    )
+    parser.add_argument("--json", metavar="FILE", help="write results as JSON ('-': stdout)")
+    parser.add_argument("--junit", metavar="FILE", help="write JUnit XML, a testsuite per plugin")
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show differing elements and worker output"
+    )
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the cases; 0 when nothing mismatched, errored, crashed or timed out."""
+    paths = [str(p) for p in cases.discover(args.paths)]
+    chosen = targets.resolve(args.plugin, args.all_plugins)
+    labels = [t.label for t in chosen]
+    # With the JSON on stdout, everything for people goes to stderr.
+    human = sys.stderr if args.json == "-" else sys.stdout
+    progress = report.Progress(len(paths) * len(chosen), human, args.verbose)
+    results, versions = runner.run(paths, chosen, args.jobs, args.timeout, progress)
+    progress.finish()
+    human.write(f"\n{len(paths)} file(s) on {len(chosen)} plugin build(s)\n")
+    human.write(report.summary(results, labels, versions))
+    for target in chosen:
+        human.write(f"  {target.label}: {target.path}\n")
+    if args.json == "-":
+        sys.stdout.write(report.as_json(results, labels, versions) + "\n")
+    elif args.json:
+        with open(args.json, "w") as f:
+            f.write(report.as_json(results, labels, versions) + "\n")
+    if args.junit:
+        with open(args.junit, "w") as f:
+            report.write_junit(results, labels, versions, f)
+    failed = any(r.status in runner.FAILING for r in results)
+    return 1 if failed or not paths else 0

@@ -1,0 +1,295 @@
+"""``pjrt-py test``: check rewriting, host comparison, and whole runs on the
+real installed plugins (crashes, hangs, mismatches, reports, exit codes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pjrt_py
+from pjrt_py.conformance import compare, rewrite, ulp_distance
+from pjrt_py.conformance.worker import HOOK_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples" / "conformance"
+
+PRETTY = """
+func.func @main() -> tensor<2xf32> {
+  %a = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32>
+  %b = stablehlo.add %a, %a : tensor<2xf32>
+  stablehlo.custom_call @check.expect_close(%b, %a) {max_ulp_difference = 7 : i64} : (tensor<2xf32>, tensor<2xf32>) -> ()
+  return %b : tensor<2xf32>
+}
+"""  # noqa: E501
+
+GENERIC = """
+func.func public @main() -> (tensor<3xi32> {jax.result_info = ""}) {
+  %a = stablehlo.constant dense<[1, 2, 3]> : tensor<3xi32>
+  "stablehlo.custom_call"(%a, %a) {call_target_name = "check.expect_eq", has_side_effect = true} : (tensor<3xi32>, tensor<3xi32>) -> ()
+  return %a : tensor<3xi32>
+}
+"""  # noqa: E501
+
+CONST = """
+func.func @main() {
+  %a = stablehlo.constant dense<[1.5, 2.5]> : tensor<2xf64>
+  stablehlo.custom_call @check.expect_almost_eq_const(%a) {value = dense<[1.5, 2.5]> : tensor<2xf64>} : (tensor<2xf64>) -> ()
+  return
+}
+"""  # noqa: E501
+
+LEGACY = """
+module @legacy {
+  func.func public @main() -> tensor<i1> {
+    %0 = call @value() : () -> tensor<2xi32>
+    %1 = stablehlo.constant dense<[4, 5]> : tensor<2xi32>
+    %2 = stablehlo.custom_call @check.eq(%0, %1) : (tensor<2xi32>, tensor<2xi32>) -> tensor<i1>
+    return %2 : tensor<i1>
+  }
+  func.func private @value() -> tensor<2xi32> {
+    %0 = stablehlo.constant dense<[4, 5]> : tensor<2xi32>
+    return %0 : tensor<2xi32>
+  }
+}
+"""  # noqa: E501
+
+WRONG = """
+func.func @main() -> tensor<4xf32> {
+  %a = stablehlo.constant dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>
+  %b = stablehlo.multiply %a, %a : tensor<4xf32>
+  stablehlo.custom_call @check.expect_eq_const(%b) {value = dense<[1.0, 4.0, 9.5, 16.0]> : tensor<4xf32>} : (tensor<4xf32>) -> ()
+  return %b : tensor<4xf32>
+}
+"""  # noqa: E501
+
+RECURSIVE = """
+func.func @main() -> tensor<f32> {
+  %0 = call @main() : () -> tensor<f32>
+  return %0 : tensor<f32>
+}
+"""  # noqa: E501
+
+HOOK_CRASH = """// pjrt-py-conformance-hook: crash=SIGSEGV
+func.func @main() -> tensor<f32> {
+  %0 = stablehlo.constant dense<1.0> : tensor<f32>
+  stablehlo.custom_call @check.expect_eq(%0, %0) : (tensor<f32>, tensor<f32>) -> ()
+  return %0 : tensor<f32>
+}
+"""  # noqa: E501
+
+# An endless while loop whose body does dense work, so it cannot run inline
+# at dispatch and never returns.
+HANG = """
+func.func @main() -> tensor<64x64xf32> {
+  %init = stablehlo.constant dense<0.5> : tensor<64x64xf32>
+  %r = stablehlo.while(%it = %init) : tensor<64x64xf32>
+    cond {
+      %t = stablehlo.constant dense<true> : tensor<i1>
+      stablehlo.return %t : tensor<i1>
+    } do {
+      %d = stablehlo.dot_general %it, %it, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+      stablehlo.return %d : tensor<64x64xf32>
+    }
+  stablehlo.custom_call @check.expect_eq(%r, %init) : (tensor<64x64xf32>, tensor<64x64xf32>) -> ()
+  return %r : tensor<64x64xf32>
+}
+"""  # noqa: E501
+
+GOOD = (EXAMPLES / "add_f32.mlir").read_text()
+
+
+def pjrt_py_test(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "pjrt_py", "test", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def write(directory: Path, files: dict[str, str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (directory / name).write_text(text)
+    return directory
+
+
+# -- rewriting ---------------------------------------------------------------
+
+
+def test_rewrite_turns_a_pretty_check_into_two_extra_results() -> None:
+    out = rewrite(PRETTY)
+    assert "custom_call" not in out.text
+    assert "-> (tensor<2xf32>, tensor<2xf32>, tensor<2xf32>)" in out.text
+    assert "return %b, %b, %a : tensor<2xf32>, tensor<2xf32>, tensor<2xf32>" in out.text
+    [check] = out.checks
+    assert (check.kind, check.index, check.target) == ("close", 1, "check.expect_close")
+    assert check.attrs == {"max_ulp_difference": 7}
+    assert check.line == 5
+
+
+def test_rewrite_reads_generic_custom_calls_and_keeps_result_attributes() -> None:
+    out = rewrite(GENERIC)
+    assert "custom_call" not in out.text
+    assert '(tensor<3xi32> {jax.result_info = ""}, tensor<3xi32>, tensor<3xi32>)' in out.text
+    assert [c.kind for c in out.checks] == ["eq"]
+
+
+def test_rewrite_materialises_a_const_check_value_as_a_constant() -> None:
+    out = rewrite(CONST)
+    assert "stablehlo.constant dense<[1.5, 2.5]> : tensor<2xf64>" in out.text
+    assert "-> (tensor<2xf64>, tensor<2xf64>)" in out.text
+    assert [c.kind for c in out.checks] == ["almost_eq"]
+    assert out.num_original_results == 0
+
+
+def test_rewrite_replaces_a_used_check_result_by_true() -> None:
+    out = rewrite(LEGACY)
+    assert "%2 = stablehlo.constant dense<true> : tensor<i1>" in out.text
+    assert "return %2, %0, %1 : tensor<i1>, tensor<2xi32>, tensor<2xi32>" in out.text
+    assert out.checks[0].index == 1
+
+
+def test_rewrite_leaves_a_program_without_checks_alone() -> None:
+    text = (EXAMPLES / "scale_npy.mlir").read_text()
+    assert rewrite(text).text == text
+
+
+@pytest.mark.parametrize("text", [PRETTY, GENERIC, CONST, LEGACY, GOOD])
+def test_rewritten_programs_compile_and_run(client: pjrt_py.Client, text: str) -> None:
+    out = rewrite(text)
+    results = client.compile(out.text).execute()
+    results = results if isinstance(results, tuple) else (results,)
+    assert len(results) == out.num_original_results + 2 * len(out.checks)
+
+
+# -- comparison --------------------------------------------------------------
+
+
+def test_ulp_distance_counts_representable_steps_across_zero() -> None:
+    a = np.array([1.0, 0.0, -0.0, np.nan, 1.0], np.float32)
+    b = np.array([np.nextafter(np.float32(1), np.float32(2)), -0.0, 1e-45, np.nan, np.nan])
+    d = ulp_distance(a, b.astype(np.float32))
+    assert d[:4].tolist() == [1, 0, 1, 0]
+    assert d[4] == np.iinfo(np.uint64).max
+    bf = np.array([1.0, 1.0078125], ml_dtypes.bfloat16)
+    assert ulp_distance(bf[:1], bf[1:]).tolist() == [1]
+
+
+def test_compare_rules_per_kind() -> None:
+    x = np.array([1.0, 2.0], np.float32)
+    near = x + np.float32(1e-5)
+    assert compare("eq", x, near) is not None
+    assert compare("almost_eq", x, near) is None
+    assert compare("almost_eq", x, x + np.float32(1e-2)) is not None
+    step = np.nextafter(x, np.float32(10))
+    assert compare("close", x, step) is None
+    assert compare("close", x, x, {"min_ulp_difference": 1}) is not None
+    ints = np.array([1, 2], np.int32)
+    assert compare("almost_eq", ints, ints + 1) is not None  # ints are exact
+    z = np.array([1 + 2j], np.complex64)
+    assert compare("almost_eq", z, z + np.complex64(1e-6j)) is None
+    mismatch = compare("eq", np.array([[1, 2], [3, 4]], np.int32), np.array([[1, 2], [3, 5]]))
+    assert mismatch is not None and "int32" in mismatch.message  # dtype differs
+    mismatch = compare("eq", x, np.array([1.0, 3.0], np.float32))
+    assert mismatch is not None and mismatch.first[0]["index"] == [1]
+    assert mismatch.first[0]["ulp"] == 1 << 22
+
+
+# -- whole runs on the real plugins -----------------------------------------
+
+
+def test_examples_pass_on_every_installed_build() -> None:
+    result = pjrt_py_test(str(EXAMPLES), "--all-plugins", "--json", "-")
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads(result.stdout)
+    n_files = len(list(EXAMPLES.glob("*.mlir")))
+    assert len(report["plugins"]) == len({i.path for i in pjrt_py.plugins()})
+    for plugin in report["plugins"]:
+        assert plugin["counts"]["pass"] == n_files, plugin
+    assert {r["status"] for r in report["results"]} == {"pass"}
+    assert "pass" in result.stderr  # the table goes to stderr with --json -
+
+
+def test_a_wrong_expected_value_is_a_mismatch_with_detail(tmp_path: Path) -> None:
+    cases = write(tmp_path / "cases", {"wrong.mlir": WRONG, "good.mlir": GOOD})
+    result = pjrt_py_test(str(cases), "-v", "-j", "1")
+    assert result.returncode == 1
+    assert "MISMATCH" in result.stdout and "wrong.mlir" in result.stdout
+    assert "check.expect_eq_const (line 5): 1 of 4 element(s) differ (exact)" in result.stdout
+    assert "at (2,): got 9.0, expected 9.5  ulp 524288" in result.stdout
+    assert "PASS" in result.stdout and "good.mlir" in result.stdout
+
+
+def test_crashes_are_reported_with_the_signal_and_the_run_goes_on(tmp_path: Path) -> None:
+    cases = write(
+        tmp_path / "cases",
+        {"a_hook.mlir": HOOK_CRASH, "b_good.mlir": GOOD, "c_recursive.mlir": RECURSIVE},
+    )
+    (cases / "d_good.mlir").write_text(GOOD)
+    out = tmp_path / "report.json"
+    result = pjrt_py_test(str(cases), "-j", "1", "--json", str(out), env={HOOK_ENV: "1"})
+    assert result.returncode == 1
+    by_file = {Path(r["path"]).name: r for r in json.loads(out.read_text())["results"]}
+    hook = by_file["a_hook.mlir"]
+    assert hook["status"] == "crash"
+    assert "SIGSEGV" in hook["message"]
+    assert "test hook: raising SIGSEGV" in hook["output"]
+    # Pre-compile validation may turn the recursion into a clean error.
+    assert by_file["c_recursive.mlir"]["status"] in ("crash", "error")
+    if by_file["c_recursive.mlir"]["status"] == "crash":
+        assert "SIG" in by_file["c_recursive.mlir"]["message"]
+    assert by_file["b_good.mlir"]["status"] == by_file["d_good.mlir"]["status"] == "pass"
+    assert "CRASH" in result.stdout and "SIGSEGV" in result.stdout
+
+
+def test_the_test_hook_is_off_without_its_environment_variable(tmp_path: Path) -> None:
+    cases = write(tmp_path / "cases", {"hook.mlir": HOOK_CRASH})
+    result = pjrt_py_test(str(cases))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_hang_is_a_timeout_and_junit_counts_it(tmp_path: Path) -> None:
+    cases = write(tmp_path / "cases", {"a_hang.mlir": HANG, "b_good.mlir": GOOD})
+    junit = tmp_path / "junit.xml"
+    result = pjrt_py_test(str(cases), "--timeout", "2", "-j", "1", "--junit", str(junit))
+    assert result.returncode == 1
+    assert "TIMEOUT" in result.stdout and "no result after 2 s" in result.stdout
+    root = ET.parse(junit).getroot()
+    [suite] = root.findall("testsuite")
+    assert (suite.get("tests"), suite.get("errors"), suite.get("failures")) == ("2", "1", "0")
+    [error] = suite.iter("error")
+    assert error.get("type") == "timeout"
+    names = [case.get("name") for case in suite.iter("testcase")]
+    assert [Path(str(n)).name for n in names] == ["a_hang.mlir", "b_good.mlir"]
+
+
+def test_junit_has_one_suite_per_build_and_counts_mismatches(tmp_path: Path) -> None:
+    cases = write(tmp_path / "cases", {"wrong.mlir": WRONG, "good.mlir": GOOD})
+    junit = tmp_path / "junit.xml"
+    result = pjrt_py_test(str(cases), "--all-plugins", "--junit", str(junit))
+    assert result.returncode == 1
+    suites = ET.parse(junit).getroot().findall("testsuite")
+    assert len(suites) == len({i.path for i in pjrt_py.plugins()})
+    for suite in suites:
+        assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "0")
+        assert len(list(suite.iter("failure"))) == 1
+
+
+def test_bad_arguments_exit_non_zero(tmp_path: Path) -> None:
+    missing = pjrt_py_test(str(tmp_path / "nope"))
+    assert missing.returncode == 1 and "no such file" in missing.stderr
+    empty = pjrt_py_test(str(write(tmp_path / "empty", {})))
+    assert empty.returncode == 1
+    plugin = pjrt_py_test(str(EXAMPLES), "--plugin", "no-such-plugin")
+    assert plugin.returncode == 1 and "no-such-plugin" in plugin.stderr
