@@ -12,9 +12,9 @@ requirement), or from the file or directory named by ``PJRT_PY_HEADER``.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
+import sys
 from pathlib import Path
 
 from cffi import FFI
@@ -27,8 +27,45 @@ NATIVE = HERE / "native"
 CDEF_FILES = ["api.h", "client.h", "device.h", "buffer.h", "executable.h", "table.h", "slots.h"]
 
 
+# Where installed wheels keep a pjrt_c_api.h, relative to a sys.path entry.
+HEADER_GLOBS = [
+    "*/include/pjrt_c_api.h",  # xla-cpu-pjrt: xla_plugins/xla_cpu_pjrt/include
+    "*/*/include/pjrt_c_api.h",
+    "*/include/xla/pjrt/c/pjrt_c_api.h",  # wheels shipping XLA's include tree
+]
+
+
+def header_version(path: Path) -> tuple[int, int]:
+    """``(PJRT_API_MAJOR, PJRT_API_MINOR)`` of a pjrt_c_api.h."""
+    text = path.read_text(errors="replace")
+    found = [re.search(rf"#define\s+PJRT_API_{part}\s+(\d+)", text) for part in ("MAJOR", "MINOR")]
+    if found[0] is None or found[1] is None:
+        raise ValueError(f"{path} does not define PJRT_API_MAJOR / PJRT_API_MINOR")
+    return int(found[0].group(1)), int(found[1].group(1))
+
+
+def installed_headers() -> list[Path]:
+    """Every pjrt_c_api.h an installed wheel carries."""
+    found: dict[Path, None] = {}
+    for entry in sys.path:
+        root = Path(entry or ".")
+        if not root.is_dir():
+            continue
+        for pattern in HEADER_GLOBS:
+            for path in sorted(root.glob(pattern)):
+                found[path.resolve()] = None
+    return list(found)
+
+
 def find_header() -> Path:
-    """Locate pjrt_c_api.h: $PJRT_PY_HEADER, else the CPU plugin wheel's copy."""
+    """Locate pjrt_c_api.h: $PJRT_PY_HEADER, else the newest an installed wheel has.
+
+    Building against the newest header lets pjrt_py reach every slot a newer
+    plugin has; older plugins keep working, since each call checks that the
+    plugin's function table reaches its slot. In a build-isolated install the
+    build requirement ``xla-cpu-pjrt`` (PJRT 0.81) is the only wheel with a
+    header on PyPI that we know of; set PJRT_PY_HEADER for a newer one.
+    """
     override = os.environ.get("PJRT_PY_HEADER")
     if override:
         path = Path(override)
@@ -37,16 +74,18 @@ def find_header() -> Path:
         if not path.is_file():
             raise FileNotFoundError(f"PJRT_PY_HEADER={override!r}: no pjrt_c_api.h there")
         return path
-    spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
-    if spec is None or not spec.submodule_search_locations:
+    versions = {}
+    for path in installed_headers():
+        try:
+            versions[path] = header_version(path)
+        except ValueError:
+            continue
+    if not versions:
         raise FileNotFoundError(
             "pjrt_c_api.h not found: install the 'xla-cpu-pjrt' wheel (a build "
             "requirement) or set PJRT_PY_HEADER to a pjrt_c_api.h"
         )
-    path = Path(next(iter(spec.submodule_search_locations))) / "include" / "pjrt_c_api.h"
-    if not path.is_file():
-        raise FileNotFoundError(f"the xla-cpu-pjrt wheel has no {path}")
-    return path
+    return max(versions, key=lambda p: versions[p])
 
 
 def slot_table(header: Path) -> str:

@@ -31,7 +31,16 @@ def _info(_: argparse.Namespace) -> int:
         print("no PJRT plugins found")
         return 1
     for info in found:
-        print(f"{info.name}: {info.path}")
+        label = info.distribution or "?"
+        print(f"{info.name}: {label} {info.version or ''} {info.path}")
+        if info.default:
+            if info.defects:
+                why = "every installed build has a known wrong result; first by the rule"
+            else:
+                why = "no known wrong result (those come first, then the newest PJRT API)"
+            print(f"  default for {info.name!r}: {why}")
+        for defect in info.defects:
+            print(f"  known wrong result: {defect}")
         try:
             plugin = load_plugin(info.path)
             print(f"  PJRT API {plugin.version_text}")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import threading
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +21,52 @@ from . import _core, _runtime
 from ._ffi import ffi, lib
 from .errors import PluginLoadError, UnsupportedError
 
-# Which installed wheels provide which platform, in the order they are tried:
-# (package that holds the plugin, glob for the .so inside it).
-_WHEELS: dict[str, list[tuple[str, str]]] = {
-    "cpu": [
-        ("xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so"),
-        ("lammps_jax_pjrt_cpu", "pjrt_c_api_cpu_plugin.so"),
-    ],
-    "cuda": [
-        ("jax_plugins", "xla_cuda13/xla_cuda_plugin.so"),
-        ("jax_plugins", "xla_cuda12/xla_cuda_plugin.so"),
-    ],
-    "tpu": [("libtpu", "libtpu.so")],
-    "rocm": [("jax_plugins", "xla_rocm*/xla_rocm_plugin.so")],
-}
+
+@dataclass(frozen=True)
+class Build:
+    """A plugin build pjrt_py knows, with what was measured of it.
+
+    ``defects`` lists wrong results found in that build by pjrt_py's tests
+    (``tests/test_differential.py``, ``tests/test_plugin_builds.py``;
+    ``docs/plugins.md`` gives the evidence). They decide the default.
+    """
+
+    distribution: str  # the PyPI name
+    platform: str
+    package: str  # the import package that holds the library
+    pattern: str  # glob for the library inside it
+    api: tuple[int, int] | None  # the PJRT C API it implements, as measured
+    defects: tuple[str, ...] = ()
+
+
+# Every build pjrt_py can find installed, in the order a platform name picks
+# them: builds with no known wrong result first, then the newest API. The
+# order is written out (and checked by tests against the rule) rather than
+# computed, so that it reads as the decision it is.
+BUILDS: tuple[Build, ...] = (
+    Build("fastatomstruct-xla-cpu", "cpu", "fastatomstruct_xla_cpu", "libpjrt_cpu.so", (0, 106)),
+    Build(
+        "lammps-jax-pjrt-cpu",
+        "cpu",
+        "lammps_jax_pjrt_cpu",
+        "pjrt_c_api_cpu_plugin.so",
+        (0, 115),
+        ("atan of an f32 array of 56 or more elements is wrong (up to 3.6 off at 64)",),
+    ),
+    Build(
+        "xla-cpu-pjrt",
+        "cpu",
+        "xla_plugins.xla_cpu_pjrt",
+        "xla_cpu_pjrt.so",
+        (0, 81),
+        ("a gather XLA constant-folds can return wrong values",),
+    ),
+    Build("jax-cuda13-pjrt", "cuda", "jax_plugins", "xla_cuda13/xla_cuda_plugin.so", None),
+    Build("jax-cuda12-pjrt", "cuda", "jax_plugins", "xla_cuda12/xla_cuda_plugin.so", None),
+    Build("libtpu", "tpu", "libtpu", "libtpu.so", None),
+    Build("jax-rocm-pjrt", "rocm", "jax_plugins", "xla_rocm*/xla_rocm_plugin.so", None),
+)
+PLATFORMS = ("cpu", "cuda", "tpu", "rocm")
 
 # Every PJRT_Api slot the build header declares -> the offset where it ends.
 _SLOT_END: dict[str, int] = {
@@ -43,10 +77,21 @@ _SLOT_END: dict[str, int] = {
 
 @dataclass(frozen=True)
 class PluginInfo:
-    """A plugin found on this machine: its platform name and its path."""
+    """A plugin found on this machine (nothing is loaded to find it).
 
-    name: str
+    ``distribution`` is the PyPI distribution that installed it and
+    ``version`` that distribution's version; ``api`` the PJRT C API version
+    measured for that build and ``defects`` the wrong results known in it
+    (see :data:`BUILDS`); ``default`` says whether its platform name picks it.
+    """
+
+    name: str  # the platform: cpu, cuda, tpu, rocm
     path: str
+    distribution: str | None = None
+    version: str | None = None
+    api: tuple[int, int] | None = None
+    defects: tuple[str, ...] = ()
+    default: bool = False
 
 
 def _package_dirs(package: str) -> list[Path]:
@@ -59,47 +104,100 @@ def _package_dirs(package: str) -> list[Path]:
     return [Path(p) for p in spec.submodule_search_locations]
 
 
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def plugins() -> list[PluginInfo]:
-    """The plugins installed as wheels, in discovery order (no plugin is loaded)."""
+    """The plugins installed as wheels; for each platform, the default first."""
     found: list[PluginInfo] = []
     seen: set[str] = set()
-    for name, candidates in _WHEELS.items():
-        for package, pattern in candidates:
-            for directory in _package_dirs(package):
-                for so in sorted(directory.glob(pattern)):
-                    path = str(so.resolve())
-                    if path not in seen:
-                        seen.add(path)
-                        found.append(PluginInfo(name, path))
+    for build in BUILDS:
+        for directory in _package_dirs(build.package):
+            for so in sorted(directory.glob(build.pattern)):
+                path = str(so.resolve())
+                if path in seen:
+                    continue
+                seen.add(path)
+                first = not any(i.name == build.platform for i in found)
+                found.append(
+                    PluginInfo(
+                        build.platform,
+                        path,
+                        build.distribution,
+                        _version(build.distribution),
+                        build.api,
+                        build.defects,
+                        default=first,
+                    )
+                )
     return found
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _from_distribution(name: str) -> str | None:
+    """The library a distribution installed: a known build's, or its only ``.so``."""
+    for info in plugins():
+        if info.distribution is not None and _normal(info.distribution) == _normal(name):
+            return info.path
+    try:
+        files = metadata.distribution(name).files or []
+    except metadata.PackageNotFoundError:
+        return None
+    libraries = [f for f in files if f.name.endswith(".so")]
+    if len(libraries) != 1:
+        return None
+    return str(Path(str(libraries[0].locate())).resolve())
 
 
 def find_plugin(spec: str | os.PathLike[str] | None = None) -> str:
     """Resolve a plugin spec to a ``.so`` path.
 
-    Order: an explicit path; else a platform name (``"cpu"``, ``"cuda"``,
-    ``"tpu"``, ``"rocm"``); with no spec, the ``PJRT_PLUGIN`` environment
-    variable (a path or a name), else the installed CPU plugin.
+    A spec is a path to a plugin library; a platform name (``"cpu"``,
+    ``"cuda"``, ``"tpu"``, ``"rocm"``), which picks that platform's default
+    build (the first of :func:`plugins`: no known wrong result first, then
+    the newest PJRT API); or the PyPI distribution name of an installed
+    plugin (``"xla-cpu-pjrt"``). With no spec, the ``PJRT_PLUGIN``
+    environment variable (any of those), else ``"cpu"``.
     """
     if spec is None:
         spec = os.environ.get("PJRT_PLUGIN") or "cpu"
     text = os.fspath(spec)
-    if text in _WHEELS:
+    if text in PLATFORMS:
         for info in plugins():
             if info.name == text:
                 return info.path
         raise FileNotFoundError(
             f"no {text!r} PJRT plugin is installed; found: "
-            f"{[i.name for i in plugins()] or 'none'} (pass a path to a plugin .so, "
-            f"or set PJRT_PLUGIN)"
+            f"{[i.distribution for i in plugins()] or 'none'} (pass a path to a plugin .so, "
+            f"a distribution name, or set PJRT_PLUGIN)"
         )
     path = Path(text).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"PJRT plugin {text!r}: no such file (expected a path to a .so, or one of "
-            f"{sorted(_WHEELS)})"
-        )
-    return str(path.resolve())
+    if path.is_file():
+        return str(path.resolve())
+    if "/" not in text:
+        found = _from_distribution(text)
+        if found is not None:
+            return found
+    raise FileNotFoundError(
+        f"PJRT plugin {text!r}: no such file or installed plugin distribution (expected a "
+        f"path to a .so, one of {list(PLATFORMS)}, or a distribution such as "
+        f"{[b.distribution for b in BUILDS if b.platform == 'cpu']})"
+    )
+
+
+def plugin_info(path: str) -> PluginInfo:
+    """What :func:`plugins` knows of the library at ``path`` (a bare entry if nothing)."""
+    for info in plugins():
+        if info.path == path:
+            return info
+    return PluginInfo("?", path)
 
 
 class Plugin:

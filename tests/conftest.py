@@ -63,6 +63,20 @@ def add_exe(client: pjrt_py.Client) -> pjrt_py.Executable:
     return client.compile(ADD_F32_8)
 
 
+def installed_build(distribution: str) -> str | None:
+    """The library of an installed plugin distribution (e.g. ``xla-cpu-pjrt``), if any."""
+    found = [p.path for p in pjrt_py.plugins() if p.distribution == distribution]
+    return found[0] if found else None
+
+
+def needs_build(distribution: str) -> pytest.MarkDecorator:
+    """Skip unless that plugin distribution is installed (the test extra has all three)."""
+    return pytest.mark.skipif(
+        installed_build(distribution) is None,
+        reason=f"the {distribution} plugin (in the test extra) is not installed",
+    )
+
+
 def newer_plugin() -> str | None:
     """The PJRT 0.115 CPU plugin (lammps-jax-pjrt-cpu, in the test extra), if installed."""
     newer = [p.path for p in pjrt_py.plugins() if p.path.endswith("pjrt_c_api_cpu_plugin.so")]

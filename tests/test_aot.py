@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import ADD_F32_8, NEEDS_NEWER_PLUGIN, newer_plugin, run_python
+from conftest import ADD_F32_8, NEEDS_NEWER_PLUGIN, needs_build, newer_plugin, run_python
 
 import pjrt_py
 
@@ -63,7 +63,10 @@ def test_as_text_is_the_optimized_hlo(client: pjrt_py.Client) -> None:
     assert "f32[2,3]" in text and "s32[3]" in text
 
 
-def test_cost_and_memory_analysis(client: pjrt_py.Client) -> None:
+@needs_build("xla-cpu-pjrt")
+def test_cost_and_memory_analysis() -> None:
+    # The 0.81 build answers cost analysis; the newer ones say UNIMPLEMENTED.
+    client = pjrt_py.Client("xla-cpu-pjrt")
     exe = client.compile(ADD_F32_8, cache=False)
     cost = exe.cost_analysis()
     assert cost is not None and cost["flops"] == 8.0  # eight adds

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 from conftest import ADD_F32_8
 
+import pjrt_py as pjrt_py_lib
+
 
 def pjrt_py(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -19,9 +21,15 @@ def pjrt_py(*args: str) -> subprocess.CompletedProcess[str]:
 def test_info_lists_plugins_versions_and_devices() -> None:
     result = pjrt_py("info")
     assert result.returncode == 0, result.stderr
-    assert "xla_cpu_pjrt.so" in result.stdout
-    assert "PJRT API 0.81" in result.stdout
+    default = pjrt_py_lib.plugins()[0]
+    assert default.path in result.stdout
+    assert f"PJRT API {default.api[0]}.{default.api[1]}" in result.stdout  # type: ignore[index]
     assert "Device(id=0, kind='cpu'" in result.stdout
+    # Which build "cpu" picks, and why; and what is known wrong in the others.
+    assert result.stdout.count("default for 'cpu'") == 1
+    for info in pjrt_py_lib.plugins():
+        for defect in info.defects:
+            assert f"known wrong result: {defect}" in result.stdout
 
 
 def test_smoke_runs_every_plugin() -> None:

@@ -5,10 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ADD_F32_8, NEEDS_NEWER_PLUGIN, build_so, newer_plugin, run_python
+from conftest import (
+    ADD_F32_8,
+    NEEDS_NEWER_PLUGIN,
+    build_so,
+    installed_build,
+    newer_plugin,
+    run_python,
+)
 
 import pjrt_py
-from pjrt_py.plugin import find_plugin
+from pjrt_py.plugin import BUILDS, PLATFORMS, find_plugin
 
 
 def test_plugins_lists_the_installed_cpu_plugin() -> None:
@@ -140,3 +147,59 @@ def test_newer_plugin_than_our_header_works() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "OK" in result.stdout
+
+
+# -- which build a platform name picks ------------------------------------------
+
+
+def test_builds_are_ordered_by_the_documented_rule() -> None:
+    """Within a platform: builds with no known wrong result first, then newest API."""
+    for platform in PLATFORMS:
+        builds = [b for b in BUILDS if b.platform == platform and b.api is not None]
+        keys = [(bool(b.defects), tuple(-v for v in b.api or ())) for b in builds]
+        assert keys == sorted(keys), [b.distribution for b in builds]
+
+
+def test_cpu_picks_the_first_installed_build_with_no_known_wrong_result() -> None:
+    cpu = [p for p in pjrt_py.plugins() if p.name == "cpu"]
+    assert cpu[0].default and not any(p.default for p in cpu[1:])
+    clean = [p for p in cpu if not p.defects]
+    expected = clean[0] if clean else cpu[0]
+    assert find_plugin("cpu") == expected.path == pjrt_py.load_plugin().path
+    if installed_build("fastatomstruct-xla-cpu"):  # the default install's dependency
+        assert expected.distribution == "fastatomstruct-xla-cpu"
+
+
+@pytest.mark.parametrize(
+    "spec", ["xla-cpu-pjrt", "xla_cpu_pjrt", "XLA-CPU-PJRT", "lammps-jax-pjrt-cpu"]
+)
+def test_a_build_is_chosen_by_its_distribution_name(spec: str) -> None:
+    distribution = spec.lower().replace("_", "-")
+    path = installed_build(distribution)
+    if path is None:
+        pytest.skip(f"{distribution} (in the test extra) is not installed")
+    assert find_plugin(spec) == path
+    assert pjrt_py.Client(spec).plugin.path == path
+
+
+def test_pjrt_plugin_takes_a_distribution_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PJRT_PLUGIN", "lammps-jax-pjrt-cpu")
+    path = installed_build("lammps-jax-pjrt-cpu")
+    if path is None:
+        pytest.skip("lammps-jax-pjrt-cpu (in the test extra) is not installed")
+    assert find_plugin() == path
+
+
+def test_an_unknown_distribution_is_a_clear_error() -> None:
+    with pytest.raises(FileNotFoundError, match="no such file or installed plugin distribution"):
+        find_plugin("numpy")  # installed, but not one library: not a plugin
+    with pytest.raises(FileNotFoundError, match="fastatomstruct-xla-cpu"):
+        find_plugin("no-such-distribution")
+
+
+def test_plugin_info_reports_provenance_and_measurements() -> None:
+    for info in pjrt_py.plugins():
+        build = next(b for b in BUILDS if b.distribution == info.distribution)
+        assert info.version and info.api == build.api and info.defects == build.defects
+        if build.api is not None:
+            assert pjrt_py.load_plugin(info.path).api_version == build.api
