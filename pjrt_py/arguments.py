@@ -9,6 +9,7 @@ scalars) become buffers on the call's device only once every argument passed.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -51,7 +52,7 @@ def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
     if isinstance(arg, _PY_SCALARS):
         spec = exe._signature[index] if exe._signature else None
         if spec is not None and spec.dtype is not None:
-            return np.asarray(arg, dtype=spec.dtype)  # weakly typed, like JAX
+            return weak_scalar(arg, spec.dtype, index)
         return np.asarray(arg)
     if isinstance(arg, (np.ndarray, np.generic)):
         return np.asarray(arg)
@@ -59,6 +60,60 @@ def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
         f"argument {index}: expected a Buffer, a promise of one, or a numpy "
         f"array/scalar, got {type(arg).__name__}"
     )
+
+
+def weak_scalar(value: bool | int | float | complex, dtype: np.dtype[Any], index: int) -> Any:
+    """A Python scalar as a parameter of ``dtype``, by jax's weak-type rules.
+
+    A Python number takes the parameter's dtype only within its own kind: an
+    int fits any number dtype, a float a floating or complex one, a complex
+    only a complex one, a bool only bool. A value that would change (2.5 into
+    an int, 300 into uint8, 0.5 into a bool) is refused, never converted.
+    """
+    kind = _kind(dtype)
+    if isinstance(value, bool):
+        allowed = kind == "b"
+    elif isinstance(value, int):
+        allowed = kind in "iufc"
+        bounds = _int_range(dtype) if kind in "iu" else None
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            raise ValueError(
+                f"argument {index}: {value} does not fit the parameter's {dtype} "
+                f"(range [{bounds[0]}, {bounds[1]}])"
+            )
+    elif isinstance(value, float):
+        allowed = kind in "fc"
+    else:
+        allowed = kind == "c"
+    if not allowed:
+        raise TypeError(
+            f"argument {index}: a Python {type(value).__name__} ({value!r}) cannot be passed "
+            f"for a {dtype} parameter without changing its value; pass a numpy {dtype} value"
+        )
+    return np.asarray(value, dtype=dtype)
+
+
+_ML_INT = re.compile(r"(u?)int(\d+)$")
+
+
+def _kind(dtype: np.dtype[Any]) -> str:
+    """numpy's kind letter, with ml_dtypes' types (kind ``V``) sorted into f / i / u."""
+    if dtype.kind != "V":
+        return str(dtype.kind)
+    m = _ML_INT.match(dtype.name)
+    if m:
+        return "u" if m.group(1) else "i"
+    return "f" if dtype.name.startswith(("bfloat", "float")) else "V"
+
+
+def _int_range(dtype: np.dtype[Any]) -> tuple[int, int]:
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return int(info.min), int(info.max)
+    m = _ML_INT.match(dtype.name)
+    assert m is not None
+    bits = int(m.group(2))
+    return (0, (1 << bits) - 1) if m.group(1) else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
 
 
 def checked_row(
@@ -105,8 +160,15 @@ def non_donatable_indices(
     would hand host memory to the program's output.
     """
     n = len(rows[0]) if rows else 0
+    if refused is None:
+        refused = ()
+    elif isinstance(refused, (int, np.integer, str, bytes)) or not isinstance(refused, Iterable):
+        # non_donatable=0 once read as "none" (0 is falsy) and donated argument 0.
+        raise TypeError(
+            f"non_donatable takes a sequence of parameter indices (e.g. [0]), got {refused!r}"
+        )
     indices = set()
-    for i in refused or ():
+    for i in refused:
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < n:
             raise ValueError(f"non_donatable: {i!r} is not a parameter index in [0, {n})")
         indices.add(int(i))

@@ -14,6 +14,7 @@ from . import _core, _runtime, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, host_to_device
 from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
+from .client_options import checked_options
 from .compile_options import (
     DebugValue,
     check_compile_options,
@@ -26,7 +27,7 @@ from .errors import PjrtError, SerializationError
 from .executable import Executable
 from .isolate import IsolatedCompiler, env_default
 from .mlir_text import bytecode_to_text, check_program, main_signature
-from .plugin import Plugin, address, encode_named_values, load_plugin
+from .plugin import Plugin, address, encode_named_values, load_plugin, plugin_info
 from .program import ArgSpec
 from .promise import BufferPromise
 
@@ -87,9 +88,8 @@ class Client(_core.ClientCore):
         if isinstance(plugin, Plugin):  # from before a fork: this process's instance
             plugin = plugin if plugin.generation == _core.generation() else load_plugin(plugin.path)
         self.plugin = plugin if isinstance(plugin, Plugin) else load_plugin(plugin)
-        if options is not None and not isinstance(options, dict):
-            raise TypeError(f"options must be a dict, got {type(options).__name__}")
-        options = options or {}
+        # Checked against the types the plugin reads them as: a wrong one aborts.
+        options = checked_options(plugin_info(self.plugin.path).name, options)
         self.options: dict[str, Any] = dict(options)  # what a compile helper's client gets
         if isolate_compile is None:
             isolate_compile = env_default()

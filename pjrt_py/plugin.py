@@ -323,6 +323,8 @@ def encode_named_values(options: dict[str, Any]) -> tuple[Any, list[Any]]:
         if isinstance(value, bool):
             v.type, v.bool_value, v.value_size = lib.PJRT_NamedValue_kBool, value, 1
         elif isinstance(value, int):
+            if not -(1 << 63) <= value < 1 << 63:
+                raise ValueError(f"option {name!r}: {value} does not fit in int64")
             v.type, v.int64_value, v.value_size = lib.PJRT_NamedValue_kInt64, value, 1
         elif isinstance(value, float):
             v.type, v.float_value, v.value_size = lib.PJRT_NamedValue_kFloat, value, 1
@@ -332,7 +334,8 @@ def encode_named_values(options: dict[str, Any]) -> tuple[Any, list[Any]]:
             keep.append(data)
             v.type, v.string_value, v.value_size = lib.PJRT_NamedValue_kString, data, len(text)
         elif isinstance(value, (list, tuple)) and all(
-            isinstance(x, int) and not isinstance(x, bool) for x in value
+            isinstance(x, int) and not isinstance(x, bool) and -(1 << 63) <= x < 1 << 63
+            for x in value
         ):
             data = ffi.new("int64_t[]", list(value))
             keep.append(data)

@@ -153,6 +153,41 @@ def test_python_scalars_take_the_parameter_dtype(client: pjrt_py.Client) -> None
         exe.execute(np.int64(3), np.ones(4, np.float32))  # numpy scalars are exact
 
 
+SCALARS = """
+func.func @main(%i: tensor<i32>, %u: tensor<ui8>, %b: tensor<i1>, %f: tensor<bf16>,
+                %c: tensor<complex<f32>>) -> (tensor<i32>, tensor<ui8>, tensor<i1>, tensor<bf16>,
+                                              tensor<complex<f32>>) {
+  return %i, %u, %b, %f, %c : tensor<i32>, tensor<ui8>, tensor<i1>, tensor<bf16>,
+                              tensor<complex<f32>>
+}
+"""
+
+
+def test_python_scalars_follow_jaxs_weak_type_rules(client: pjrt_py.Client) -> None:
+    exe = client.compile(SCALARS)
+    out = [b.to_numpy() for b in exe.execute(-7, 255, True, 2, 3)]
+    assert [o.item() for o in out] == [-7, 255, True, 2.0, 3 + 0j]
+    out = [b.to_numpy() for b in exe.execute(1, 2, False, 0.5, 1.5)]
+    assert out[3].item() == 0.5 and out[4].item() == 1.5 + 0j
+    # A float never becomes an int or a bool, a complex never a float, a bool
+    # never a number, and an int never wraps: each is refused, not converted.
+    good = [1, 2, True, 0.5, 1j]
+    for index, bad, error in [
+        (0, 2.5, TypeError),
+        (2, 0.5, TypeError),
+        (2, 1, TypeError),
+        (0, True, TypeError),
+        (3, 1j, TypeError),
+        (1, 300, ValueError),
+        (1, -1, ValueError),
+        (0, 1 << 31, ValueError),
+    ]:
+        args = list(good)
+        args[index] = bad
+        with pytest.raises(error, match=f"argument {index}"):
+            exe.execute(*args)
+
+
 def test_outputs_chain_into_a_checked_call_without_asking_the_plugin(
     client: pjrt_py.Client,
 ) -> None:

@@ -67,6 +67,20 @@ def test_non_donatable_keeps_the_input(client: pjrt_py.Client, donate_x) -> None
         donate_x.execute(x, y, non_donatable=[2])
 
 
+@pytest.mark.parametrize("bad", [0, 1, True, "0", b"\x00", 0.0])
+def test_non_donatable_takes_only_a_sequence_of_indices(
+    client: pjrt_py.Client, donate_x, bad: object
+) -> None:
+    # non_donatable=0 once read as "nothing" (0 is falsy) and donated argument 0.
+    x, y = ones(client), ones(client, 2.0)
+    with pytest.raises(TypeError, match="sequence of parameter indices"):
+        donate_x.execute(x, y, non_donatable=bad)
+    assert not x.is_deleted and not y.is_deleted
+    with pytest.raises(ValueError, match="not a parameter index"):
+        donate_x.execute(x, y, non_donatable=[0.0])
+    assert not x.is_deleted
+
+
 def test_zero_copy_input_is_never_donated(client: pjrt_py.Client, donate_x) -> None:
     host = pjrt_py.aligned_empty((8,), np.float32)
     host[:] = 1

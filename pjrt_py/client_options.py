@@ -1,0 +1,95 @@
+"""Client create options: checked against their known types before the plugin sees them.
+
+A CPU plugin reads an option with the type it expects and aborts the
+process when the value has another (measured: ``{"cpu_device_count": "4"}``,
+``1.5``, ``True`` or ``[]`` abort the PJRT 0.81 and 0.106 builds; a negative
+count aborts 0.106 and 0.115). So every option pjrt_py knows for a platform is
+checked here, with a ``TypeError`` or ``ValueError`` that names it. Options
+it does not know go through untouched: the 0.81 and 0.106 builds ignore
+unknown names, and 0.115 answers an ``InvalidArgumentError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+Check = Callable[[str, Any], Any]  # returns the value to send (or raises)
+
+
+def _int(low: int, high: int) -> Check:
+    def check(name: str, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"client option {name!r} takes an int, got {value!r}")
+        if not low <= value <= high:
+            raise ValueError(f"client option {name!r} must be in [{low}, {high}], got {value}")
+        return value
+
+    return check
+
+
+def _bool(name: str, value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise TypeError(f"client option {name!r} takes a bool, got {value!r}")
+    return value
+
+
+def _str(name: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        raise TypeError(f"client option {name!r} takes a str, got {value!r}")
+    return value
+
+
+def _fraction(name: str, value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"client option {name!r} takes a float, got {value!r}")
+    if not 0 < value <= 1:
+        raise ValueError(f"client option {name!r} must be in (0, 1], got {value}")
+    return float(value)  # sent as a float: an int would be read with the wrong type
+
+
+def _int_list(name: str, value: Any) -> Any:
+    if not isinstance(value, (list, tuple)) or not all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 for v in value
+    ):
+        raise TypeError(f"client option {name!r} takes a list of device numbers, got {value!r}")
+    return list(value)
+
+
+# 65,536 CPU devices is far past any use; 100,000 took a minute to create.
+_CPU_DEVICES = _int(1, 1 << 16)
+
+KNOWN: dict[str, dict[str, Check]] = {
+    "cpu": {"cpu_device_count": _CPU_DEVICES, "asynchronous": _bool},
+    # jax's CUDA/ROCm plugin options (jax/_src/xla_bridge.py passes these).
+    "cuda": {
+        "platform_name": _str,
+        "allocator": _str,
+        "memory_fraction": _fraction,
+        "preallocate": _bool,
+        "collective_memory_size": _int(0, (1 << 63) - 1),
+        "visible_devices": _int_list,
+        "node_id": _int(0, 1 << 20),
+        "num_nodes": _int(1, 1 << 20),
+        "enable_mock_nccl": _bool,
+        "mock_gpu_topology": _str,
+        "should_stage_host_to_device_transfers": _bool,
+    },
+}
+KNOWN["rocm"] = KNOWN["cuda"]
+
+
+def checked_options(platform: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``options`` with each known one checked (and converted where it must be)."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise TypeError(f"options must be a dict, got {type(options).__name__}")
+    known = KNOWN.get(platform, {})
+    out = {}
+    for name, value in options.items():
+        if not isinstance(name, str):
+            raise TypeError(f"option names must be str, got {name!r}")
+        check = known.get(name)
+        out[name] = check(name, value) if check is not None else value
+    return out
