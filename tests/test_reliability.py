@@ -1,0 +1,179 @@
+"""Every class of bad input in docs/reliability.md, and what it gets.
+
+All cases run in one fresh interpreter per plugin (a case that killed the
+process would fail the test, naming the last case reached); each prints the
+exception it got. The table in docs/reliability.md lists the same ids: a test
+keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from conftest import ADD_F32_8, run_python
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# id -> (code run with `client`, `np`, `pjrt_py`, `ADD` in scope; the exception expected)
+CASES: dict[str, tuple[str, str]] = {
+    # client options, checked against the types the plugin reads them as
+    "client-option-str": ("pjrt_py.Client(options={'cpu_device_count': '4'})", "TypeError"),
+    "client-option-float": ("pjrt_py.Client(options={'cpu_device_count': 1.5})", "TypeError"),
+    "client-option-bool": ("pjrt_py.Client(options={'cpu_device_count': True})", "TypeError"),
+    "client-option-list": ("pjrt_py.Client(options={'cpu_device_count': []})", "TypeError"),
+    "client-option-negative": ("pjrt_py.Client(options={'cpu_device_count': -1})", "ValueError"),
+    "client-option-int64": ("pjrt_py.Client(options={'x': 1 << 70})", "ValueError"),
+    "client-options-not-dict": ("pjrt_py.Client(options=[('a', 1)])", "TypeError"),
+    # programs the compiler or parser would crash on
+    "recursive-main": (
+        "client.compile('func.func @main() -> tensor<f32> {\\n"
+        " %0 = call @main() : () -> tensor<f32>\\n return %0 : tensor<f32>\\n}')",
+        "ValueError",
+    ),
+    "mutual-recursion": (
+        "client.compile('func.func @main() -> tensor<f32> {\\n %0 = call @f() : () -> tensor<f32>"
+        "\\n return %0 : tensor<f32>\\n}\\nfunc.func private @f() -> tensor<f32> {\\n"
+        " %0 = call @main() : () -> tensor<f32>\\n return %0 : tensor<f32>\\n}')",
+        "ValueError",
+    ),
+    "deep-nesting": (
+        "client.compile('module attributes {a = ' + '[' * 30000 + ']' * 30000 + '} {}')",
+        "ValueError",
+    ),
+    "element-count-overflow": (
+        "client.compile('func.func @main() -> tensor<4294967296x4294967296x2xf32> {\\n"
+        " %0 = stablehlo.constant dense<0.0> : tensor<4294967296x4294967296x2xf32>\\n"
+        " return %0 : tensor<4294967296x4294967296x2xf32>\\n}')",
+        "ValueError",
+    ),
+    "empty-program": ("client.compile('')", "ValueError"),
+    "program-not-text": ("client.compile(42)", "TypeError"),
+    "invalid-op": ("client.compile(ADD.replace('stablehlo.add', 'stablehlo.nope'))", "PjrtError"),
+    "bytes-not-mlir": ("client.compile(b'\\x00garbage')", "PjrtError"),
+    # compile options given as bytes or keywords
+    "options-zero-replicas": ("client.compile(ADD, compile_options=b'\\x1a\\x00')", "ValueError"),
+    "options-not-proto": ("client.compile(ADD, compile_options=b'\\xff\\xff')", "ValueError"),
+    "options-unknown-device": (
+        "client.compile(ADD, compile_options=pjrt_py.encode_compile_options("
+        "device_assignment=[[99]]))",
+        "ValueError",
+    ),
+    "options-too-many-replicas": ("client.compile(ADD, num_replicas=64)", "ValueError"),
+    "options-zero-partitions": ("client.compile(ADD, num_partitions=0)", "ValueError"),
+    "debug-option-unknown": ("client.compile(ADD, debug_options={'xla_nope': 1})", "ValueError"),
+    "debug-option-type": (
+        "client.compile(ADD, debug_options={'xla_cpu_enable_fast_math': 1})",
+        "TypeError",
+    ),
+    # arguments
+    "arg-count": ("client.compile(ADD).execute(np.ones(8, np.float32))", "TypeError"),
+    "arg-dtype": (
+        "client.compile(ADD).execute(np.ones(8, np.float64), np.ones(8, np.float32))",
+        "TypeError",
+    ),
+    "arg-shape": (
+        "client.compile(ADD).execute(np.ones(4, np.float32), np.ones(8, np.float32))",
+        "TypeError",
+    ),
+    "arg-float-for-int": ("client.compile(INT).execute(2.5)", "TypeError"),
+    "arg-float-for-bool": ("client.compile(BOOL).execute(0.5)", "TypeError"),
+    "arg-int-overflow": ("client.compile(INT).execute(1 << 40)", "ValueError"),
+    "arg-unsupported-dtype": ("client.buffer(np.array(['a']))", "TypeError"),
+    "arg-not-an-array": ("client.compile(INT).execute(object())", "TypeError"),
+    "non-donatable-int": (
+        "client.compile(ADD).execute(np.ones(8, np.float32), np.ones(8, np.float32),"
+        " non_donatable=0)",
+        "TypeError",
+    ),
+    # handles used after their end
+    "buffer-after-delete": (
+        "b = client.buffer(np.ones(8, np.float32)); b.delete(); b.to_numpy()",
+        "ValueError",
+    ),
+    "client-after-close": (
+        "c = pjrt_py.Client(); c.close(); c.buffer(np.ones(2))",
+        "ValueError",
+    ),
+    "executable-after-delete": (
+        "e = client.compile(ADD, cache=False); e.delete(); "
+        "e.execute(np.ones(8, np.float32), np.ones(8, np.float32))",
+        "ValueError",
+    ),
+    # plugins
+    "plugin-missing": ("pjrt_py.Client('/nonexistent/plugin.so')", "FileNotFoundError"),
+    "plugin-not-a-library": ("pjrt_py.load_plugin(NOT_ELF)", "PluginLoadError"),
+    # a compiler crash nothing could foresee: isolate=True turns it into an exception
+    "compiler-crash-isolated": (
+        "client.compile('// ' + pjrt_py.isolate.TEST_CRASH_MARKER.decode() + '\\n' + ADD,"
+        " isolate=True, cache=False)",
+        "CompilerCrashError",
+    ),
+}
+
+SCRIPT = """
+import json, os, sys, tempfile
+import numpy as np
+import pjrt_py
+import pjrt_py.isolate
+ADD = ADD_TEXT
+INT = "func.func @main(%x: tensor<i32>) -> tensor<i32> {\\n return %x : tensor<i32>\\n}"
+BOOL = "func.func @main(%x: tensor<i1>) -> tensor<i1> {\\n return %x : tensor<i1>\\n}"
+NOT_ELF = os.path.join(tempfile.mkdtemp(), "bogus.so")
+open(NOT_ELF, "w").write("not an ELF file")
+client = pjrt_py.Client()
+cases = json.loads(sys.argv[1] if len(sys.argv) > 1 else CASES_JSON)
+for name, code in cases.items():
+    print("START", name, flush=True)
+    try:
+        exec(code)
+        got = "no exception"
+    except Exception as e:
+        got = type(e).__name__
+        assert str(e), f"{name}: {got} without a message"
+    print("GOT", name, got, flush=True)
+print("DONE")
+"""
+
+
+def test_every_class_of_bad_input_gets_its_exception() -> None:
+    cases = {name: code for name, (code, _) in CASES.items()}
+    script = SCRIPT.replace("CASES_JSON", repr(json.dumps(cases)))
+    script = script.replace("ADD_TEXT", repr(ADD_F32_8))
+    prelude = "import os\nos.environ['PJRT_PY_ISOLATE_TEST_CRASH'] = 'segv'\n"
+    result = run_python(prelude + script, timeout=600)
+    reached = re.findall(r"^START (\S+)", result.stdout, re.M)
+    assert result.returncode == 0 and "DONE" in result.stdout, (
+        f"the process died in case {reached[-1] if reached else '?'}: "
+        f"rc={result.returncode}\n{result.stderr[-3000:]}"
+    )
+    got = dict(re.findall(r"^GOT (\S+) (.+)$", result.stdout, re.M))
+    import pjrt_py
+
+    wrong = {}
+    for name, (_, expected) in CASES.items():
+        cls = getattr(pjrt_py, got[name], None) or getattr(builtins, got[name], None)
+        want = getattr(pjrt_py, expected, None) or getattr(builtins, expected, None)
+        ok = isinstance(cls, type) and isinstance(want, type) and issubclass(cls, want)
+        if not ok:
+            wrong[name] = (got[name], expected)
+    assert not wrong, wrong
+
+
+def test_the_reliability_table_lists_every_case() -> None:
+    table = (ROOT / "docs" / "reliability.md").read_text()
+    listed = set(re.findall(r"^\| `([a-z0-9-]+)` \|", table, re.M))
+    assert listed == set(CASES), (sorted(set(CASES) - listed), sorted(listed - set(CASES)))
+    for name, (_, expected) in CASES.items():
+        row = next(line for line in table.splitlines() if line.startswith(f"| `{name}` |"))
+        assert f"`{expected}`" in row, (name, expected, row)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_case_ids_are_readable(name: str) -> None:
+    assert re.fullmatch(r"[a-z0-9-]+", name)
+    assert textwrap.dedent(CASES[name][0]) == CASES[name][0]
