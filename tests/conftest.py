@@ -77,6 +77,15 @@ def needs_build(distribution: str) -> pytest.MarkDecorator:
     )
 
 
+def other_build() -> str:
+    """A CPU build other than the one ``Client()`` loads (the plugin matrix changes that)."""
+    mine = pjrt_py.plugin.find_plugin()
+    others = [p.path for p in pjrt_py.plugins() if p.name == "cpu" and p.path != mine]
+    if not others:
+        pytest.skip("only one CPU plugin build is installed (the test extra has three)")
+    return others[0]
+
+
 def newer_plugin() -> str | None:
     """The PJRT 0.115 CPU plugin (lammps-jax-pjrt-cpu, in the test extra), if installed."""
     newer = [p.path for p in pjrt_py.plugins() if p.path.endswith("pjrt_c_api_cpu_plugin.so")]

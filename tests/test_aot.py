@@ -5,7 +5,14 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import ADD_F32_8, NEEDS_NEWER_PLUGIN, needs_build, newer_plugin, run_python
+from conftest import (
+    ADD_F32_8,
+    NEEDS_NEWER_PLUGIN,
+    needs_build,
+    newer_plugin,
+    other_build,
+    run_python,
+)
 
 import pjrt_py
 
@@ -248,14 +255,14 @@ def test_an_executable_from_another_device_set_is_refused(client: pjrt_py.Client
 
 @NEEDS_NEWER_PLUGIN
 def test_an_executable_from_another_xla_is_refused_before_the_plugin(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # Made by the 0.81 plugin, offered to the 0.115 one: the envelope says who
+    # Made by one plugin build, offered to another: the envelope says who
     # made it, and pjrt_py refuses without handing the bytes over.
     path = tmp_path / "add.bin"
     path.write_bytes(pjrt_py.Client().compile(ADD_F32_8).serialize())
     result = run_python(
         f"""
         import pjrt_py
-        c = pjrt_py.Client({newer_plugin()!r})
+        c = pjrt_py.Client({other_build()!r})
         try:
             c.deserialize(open({str(path)!r}, "rb").read())
         except pjrt_py.SerializationError as e:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ADD_F32_8, NEEDS_NEWER_PLUGIN, newer_plugin, run_python
+from conftest import ADD_F32_8, NEEDS_NEWER_PLUGIN, other_build, run_python
 
 import pjrt_py
 from pjrt_py.compile_options import encode_compile_options
@@ -235,7 +235,7 @@ def test_another_xla_build_never_loads_an_entry(tmp_path: Path) -> None:
     result = run_python(
         f"""
         import pjrt_py
-        c = pjrt_py.Client({newer_plugin()!r}, cache_dir={str(tmp_path)!r})
+        c = pjrt_py.Client({other_build()!r}, cache_dir={str(tmp_path)!r})
         c.compile({ADD_F32_8!r})
         assert c.disk_cache.hits == 0 and c.disk_cache.writes == 1, vars(c.disk_cache)
         print("OK")

@@ -165,7 +165,7 @@ def test_cpu_picks_the_first_installed_build_with_no_known_wrong_result() -> Non
     assert cpu[0].default and not any(p.default for p in cpu[1:])
     clean = [p for p in cpu if not p.defects]
     expected = clean[0] if clean else cpu[0]
-    assert find_plugin("cpu") == expected.path == pjrt_py.load_plugin().path
+    assert find_plugin("cpu") == expected.path == pjrt_py.load_plugin("cpu").path
     if installed_build("fastatomstruct-xla-cpu"):  # the default install's dependency
         assert expected.distribution == "fastatomstruct-xla-cpu"
 

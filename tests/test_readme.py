@@ -26,3 +26,17 @@ def test_quick_start_runs_and_prints_what_it_says(capsys) -> None:  # type: igno
     np.testing.assert_array_equal(
         np.array(printed.strip("[]").split(), dtype=np.float32), [4, 6, 8]
     )
+
+
+def test_ci_runs_the_suite_on_every_cpu_build() -> None:
+    from pjrt_py.plugin import BUILDS
+
+    ci = (ROOT / ".ci" / "run").read_text()
+    matrix = re.search(r"for build in ([^;]+);", ci)
+    assert matrix is not None
+    cpu = [b.distribution for b in BUILDS if b.platform == "cpu"]
+    # The README's command runs the default (first) build; the loop, the others.
+    assert matrix.group(1).split() == cpu[1:]
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'"{cpu[0]}==' in pyproject  # the default is the install's dependency
+    assert all(f'"{name}==' in pyproject for name in cpu[1:])  # the rest, the test extra
