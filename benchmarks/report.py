@@ -22,6 +22,8 @@ ORDER = (
     "scaling",
     "memory",
     "compile_cache",
+    "isolated_compile",
+    "conformance",
 )
 
 

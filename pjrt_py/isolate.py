@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import faulthandler
 import json
 import os
 import select
@@ -119,7 +118,7 @@ class _Worker:
         command = [
             sys.executable,
             "-c",
-            "from pjrt_py.isolate import main; main()",
+            "from pjrt_py._compile_helper import main; main()",
             str(req_r),
             str(resp_w),
             plugin_path,
@@ -397,15 +396,6 @@ def _crash(pid: int, returncode: int, output: str) -> CompilerCrashError:
     return CompilerCrashError(message, signal=sig, returncode=returncode, output=output)
 
 
-def _describe(exc: BaseException) -> bytes:
-    cls = type(exc)
-    message = exc.message if isinstance(exc, PjrtError) else str(exc)
-    code = exc.code if isinstance(exc, PjrtError) else None
-    return json.dumps(
-        {"module": cls.__module__, "name": cls.__qualname__, "message": message, "code": code}
-    ).encode()
-
-
 def _rebuild(desc: dict[str, Any]) -> Exception:
     """The exception a helper described: same class (pjrt_py's or a builtin), same message."""
     module, name, message = desc["module"], desc["name"], desc["message"]
@@ -420,66 +410,3 @@ def _rebuild(desc: dict[str, Any]) -> Exception:
         except TypeError:
             pass
     return PjrtError(f"{module}.{name} in the compile helper: {message}")
-
-
-# -- the helper process ----------------------------------------------------
-def _test_crash(how: str) -> None:
-    print(f"pjrt_py.isolate: test hook {ENV_TEST_CRASH}={how}", file=sys.stderr, flush=True)
-    if how == "segv":
-        os.kill(os.getpid(), signal.SIGSEGV)
-    elif how == "abort":
-        os.abort()
-    elif how == "hang":
-        while True:
-            time.sleep(3600)
-
-
-def _reply(out: BinaryIO, status: int, payload: bytes) -> None:
-    out.write(_REPLY.pack(status, len(payload)))
-    out.write(payload)
-    out.flush()
-
-
-def main() -> None:
-    """The helper process's loop.
-
-    Run as ``python -c 'from pjrt_py.isolate import main; main()' IN OUT PLUGIN OPTIONS``:
-    the request and reply pipes' descriptors, the plugin path, the client
-    create options as JSON.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    faulthandler.enable()  # a crash prints the Python stack into the output tail
-    from .client import Client
-
-    in_fd, out_fd, plugin_path, options = sys.argv[1:5]
-    requests = os.fdopen(int(in_fd), "rb")
-    replies = os.fdopen(int(out_fd), "wb")
-    try:
-        client = Client(plugin_path, json.loads(options), cache_dir=False, isolate_compile=False)
-    except Exception as exc:
-        _reply(replies, _FATAL, _describe(exc))
-        os._exit(1)
-    crash = os.environ.get(ENV_TEST_CRASH)
-    while True:
-        head = requests.read(_REQUEST.size)
-        if len(head) < _REQUEST.size:
-            os._exit(0)  # the parent closed the pipe, or died
-        kind, code_size, options_size = _REQUEST.unpack(head)
-        code, compile_options = requests.read(code_size), requests.read(options_size)
-        if len(code) < code_size or len(compile_options) < options_size:
-            os._exit(0)
-        if os.fstat(2).st_size > _MAX_OUTPUT:
-            sys.stderr.flush()
-            os.ftruncate(2, 0)
-            os.lseek(2, 0, os.SEEK_SET)
-        if crash and TEST_CRASH_MARKER in code:
-            _test_crash(crash)
-        try:
-            program = code.decode() if kind == _TEXT else code
-            compiled = client._compile(program, code, compile_options)
-            data = compiled.serialize(compiled.signature)
-            del compiled
-        except Exception as exc:
-            _reply(replies, _ERROR, _describe(exc))
-        else:
-            _reply(replies, _OK, data)

@@ -21,6 +21,8 @@ ORDER = (
     "scaling",
     "memory",
     "compile_cache",
+    "isolated_compile",
+    "conformance",
 )
 
 

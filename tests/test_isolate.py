@@ -23,7 +23,7 @@ import pytest
 from conftest import ADD_F32_8, run_python
 
 import pjrt_py
-from pjrt_py import isolate
+from pjrt_py import _compile_helper, isolate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -225,9 +225,9 @@ def test_error_descriptions_rebuild_their_classes() -> None:
         pjrt_py.SerializationError("damaged"),
         ValueError("program is empty"),
     ):
-        rebuilt = isolate._rebuild(json.loads(isolate._describe(exc)))
+        rebuilt = isolate._rebuild(json.loads(_compile_helper._describe(exc)))
         assert type(rebuilt) is type(exc) and str(rebuilt) == str(exc)
-    other = isolate._rebuild(json.loads(isolate._describe(KeyError("k"))))
+    other = isolate._rebuild(json.loads(_compile_helper._describe(KeyError("k"))))
     assert type(other) is KeyError
     unknown = {"module": "somewhere", "name": "Odd", "message": "m", "code": None}
     assert "somewhere.Odd in the compile helper: m" in str(isolate._rebuild(unknown))
