@@ -51,7 +51,7 @@ BUILDS: tuple[Build, ...] = (
         "lammps_jax_pjrt_cpu",
         "pjrt_c_api_cpu_plugin.so",
         (0, 115),
-        ("atan of an f32 array of 56 or more elements is wrong (up to 3.6 off at 64)",),
+        ("atan of an f32 array of 50 or more elements is wrong (up to 3.6 off at 64)",),
     ),
     Build(
         "xla-cpu-pjrt",
@@ -59,7 +59,10 @@ BUILDS: tuple[Build, ...] = (
         "xla_plugins.xla_cpu_pjrt",
         "xla_cpu_pjrt.so",
         (0, 81),
-        ("a gather XLA constant-folds can return wrong values",),
+        (
+            "a gather of a constant operand can come back with two result dimensions "
+            "swapped (tests/data/known_wrong_gather.mlir)",
+        ),
     ),
     Build("jax-cuda13-pjrt", "cuda", "jax_plugins", "xla_cuda13/xla_cuda_plugin.so", None),
     Build("jax-cuda12-pjrt", "cuda", "jax_plugins", "xla_cuda12/xla_cuda_plugin.so", None),
