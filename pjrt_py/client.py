@@ -283,7 +283,7 @@ class Client(_core.ClientCore):
         # so one caller's delete() cannot break another's.
         exe = Executable(compiled)
         if isinstance(program, str):
-            exe._source = (program, options)
+            exe._source = (program, options, isolate)
         if ordered:
             exe._ordered_form()
             exe._ordered = exe._blocked = True

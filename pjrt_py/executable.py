@@ -58,7 +58,7 @@ class Executable(_core.ExecutableCore):
         # Ordered execution (pjrt_py.effects): the program text and options,
         # set by Client.compile, from which a token-threaded form is compiled
         # on first use; _ordered makes every execution ordered.
-        self._source: tuple[str, bytes] | None = None
+        self._source: tuple[str, bytes, bool] | None = None  # text, options, isolate
         self._token_form: Executable | None = None
         self._ordered = False
         # Calls that cannot take the native path: several devices, donation.
@@ -275,8 +275,10 @@ class Executable(_core.ExecutableCore):
                     f"the program, which needs the StableHLO text it was compiled from "
                     f"(this executable was deserialized or compiled from bytecode)"
                 )
-            program, options = self._source
-            form = self.client.compile(effects.with_runtime_token(program), compile_options=options)
+            program, options, isolate = self._source
+            form = self.client.compile(
+                effects.with_runtime_token(program), compile_options=options, isolate=isolate
+            )
             self._token_form = form
         return form
 
