@@ -10,7 +10,10 @@ complex numbers), each with two checks. Both sides start cold, as CI does:
 - "pjrt-py test -j 2" is the command line in a fresh process: its worker
   pool on the same plugin, crash/timeout isolation and reporting included.
 
-The two take turns within each round; the ratio is of the medians.
+The two take turns within each round; the ratio is of the medians. Each
+round also runs both sides on the first quarter of the files, which splits
+each side's time into a fixed cost and a marginal cost per file (the
+difference of the two medians over the difference in files).
 
     python -m benchmarks.conformance [--quick] [--json out.json]
 """  # noqa: E501
@@ -139,19 +142,34 @@ def _seconds(command: list[str]) -> float:
 
 def run(quick: bool = False) -> dict[str, Any]:
     count, repeats = (8, 1) if quick else (40, 5)
+    small = count // 4
     with tempfile.TemporaryDirectory(prefix="pjrt_py_conformance_") as tmp:
-        write_cases(Path(tmp), count)
+        full, part = Path(tmp, "all"), Path(tmp, "part")
+        full.mkdir()
+        part.mkdir()
+        write_cases(full, count)
+        write_cases(part, small)
         commands = {
-            LOOP: [sys.executable, "-c", CHILD, tmp],
-            RUNNER: [sys.executable, "-m", "pjrt_py", "test", tmp, "-j", "2"],
+            (name, size): command
+            for size, directory in ((count, str(full)), (small, str(part)))
+            for name, command in (
+                (LOOP, [sys.executable, "-c", CHILD, directory]),
+                (RUNNER, [sys.executable, "-m", "pjrt_py", "test", directory, "-j", "2"]),
+            )
         }
         for command in commands.values():  # warm the page cache, check all pass
             _seconds(command)
-        samples: dict[str, list[float]] = {name: [] for name in commands}
+        samples: dict[tuple[str, int], list[float]] = {key: [] for key in commands}
         for _ in range(repeats):
-            for name, command in commands.items():
-                samples[name].append(_seconds(command))
-    seconds = {name: statistics.median(s) for name, s in samples.items()}
+            for key, command in commands.items():
+                samples[key].append(_seconds(command))
+    medians = {key: statistics.median(s) for key, s in samples.items()}
+    names = (LOOP, RUNNER)
+    seconds = {name: medians[(name, count)] for name in names}
+    marginal = {
+        name: (medians[(name, count)] - medians[(name, small)]) / (count - small) for name in names
+    }
+    fixed = {name: seconds[name] - count * marginal[name] for name in names}
     ratio = seconds[RUNNER] / seconds[LOOP]
     return {
         "benchmark": "conformance",
@@ -159,10 +177,21 @@ def run(quick: bool = False) -> dict[str, Any]:
         "machine": machine(),
         "files": count,
         "seconds": seconds,
+        "marginal_seconds_per_file": marginal,
+        "fixed_seconds": fixed,
         "ratio": ratio,
-        "table": [["", "seconds", "per file (ms)"]]
-        + [[name, f"{s:.2f}", f"{1000 * s / count:.1f}"] for name, s in seconds.items()]
-        + [["pjrt-py test / in-process loop", f"{ratio:.2f}", ""]],
+        "table": [["", "seconds", "per file (ms)", "marginal (ms)", "fixed (s)"]]
+        + [
+            [
+                name,
+                f"{s:.2f}",
+                f"{1000 * s / count:.1f}",
+                f"{1000 * marginal[name]:.1f}",
+                f"{fixed[name]:.2f}",
+            ]
+            for name, s in seconds.items()
+        ]
+        + [["pjrt-py test / in-process loop", f"{ratio:.2f}", "", "", ""]],
         "targets": [target("pjrt-py test / in-process loop", ratio, 1.5)],
     }
 

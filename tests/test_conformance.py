@@ -293,3 +293,54 @@ def test_bad_arguments_exit_non_zero(tmp_path: Path) -> None:
     assert empty.returncode == 1
     plugin = pjrt_py_test(str(EXAMPLES), "--plugin", "no-such-plugin")
     assert plugin.returncode == 1 and "no-such-plugin" in plugin.stderr
+
+
+ZYGOTE_RUN = """
+import json, sys
+from pjrt_py.conformance import runner, targets
+chosen = targets.resolve([], False)
+with runner.Pool(chosen, 1) as pool:
+    assert pool.zygote is not None, "no zygote in a fresh single-threaded process"
+    results, versions = runner.run(sys.argv[1:], chosen, 1, 60.0, pool=pool)
+print(json.dumps([[r.path, r.status, r.message, r.output] for r in results]))
+"""
+
+
+def test_workers_fork_from_a_zygote_and_a_crashed_one_is_replaced(tmp_path: Path) -> None:
+    cases = write(tmp_path, {"a_hook.mlir": HOOK_CRASH, "b_good.mlir": GOOD, "c_good.mlir": GOOD})
+    paths = [str(cases / name) for name in ("a_hook.mlir", "b_good.mlir", "c_good.mlir")]
+    result = subprocess.run(
+        [sys.executable, "-c", ZYGOTE_RUN, *paths],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, HOOK_ENV: "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [(Path(p).name, s) for p, s, _, _ in rows] == [
+        ("a_hook.mlir", "crash"),
+        ("b_good.mlir", "pass"),
+        ("c_good.mlir", "pass"),
+    ]
+    assert rows[0][2] == "worker killed by SIGSEGV"
+    assert "test hook: raising SIGSEGV" in rows[0][3]
+
+
+def test_without_a_zygote_workers_are_fresh_interpreters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pjrt_py.conformance import runner, targets
+
+    monkeypatch.setattr(runner.Zygote, "usable", staticmethod(lambda: False))
+    monkeypatch.setenv(HOOK_ENV, "1")
+    cases = write(tmp_path, {"a_hook.mlir": HOOK_CRASH, "b_good.mlir": GOOD})
+    paths = [str(cases / "a_hook.mlir"), str(cases / "b_good.mlir")]
+    chosen = targets.resolve([], False)
+    with runner.Pool(chosen, 1) as pool:
+        assert pool.zygote is None
+        results, versions = runner.run(paths, chosen, 1, 60.0, pool=pool)
+    assert [r.status for r in results] == ["crash", "pass"]
+    assert results[0].message == "worker killed by SIGSEGV"
+    assert "test hook: raising SIGSEGV" in results[0].output
+    assert versions[chosen[0].label]

@@ -2,12 +2,14 @@
 
     python -m pjrt_py.conformance.worker PLUGIN
 
-Started by the runner (:mod:`pjrt_py.conformance.runner`), it loads the
-plugin once, answers ``{"ready": ...}``, then reads one JSON request per line
-on stdin (``{"path": "..."}``) and writes one JSON result per line. The
-results go to the process's original stdout; fd 1 is pointed at stderr, so
-anything the plugin prints cannot corrupt the protocol. Comparison happens
-here, so only paths and small result records cross the pipe.
+Started by the runner (:mod:`pjrt_py.conformance.runner`), usually not as a
+fresh interpreter but forked from its zygote, which then runs :func:`serve`
+the same way. It loads the plugin once, answers ``{"ready": ...}``, then
+reads one JSON request per line on stdin (``{"path": "..."}``) and writes one
+JSON result per line. The results go to their own pipe (the process's
+original stdout); fd 1 is pointed at stderr, so anything the plugin prints
+cannot corrupt the protocol. Comparison happens here, so only paths and small
+result records cross the pipe.
 
 Test hook: with ``PJRT_PY_CONFORMANCE_TEST_HOOKS=1`` in the environment, a
 case whose text contains ``// pjrt-py-conformance-hook: crash=SIGNAME``
