@@ -1,0 +1,1 @@
+"""The differential tier's program catalogue (see ``tests/test_differential.py``)."""
