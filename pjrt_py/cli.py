@@ -41,6 +41,8 @@ def _info(_: argparse.Namespace) -> int:
             print(f"  default for {info.name!r}: {why}")
         for defect in info.defects:
             print(f"  known wrong result: {defect}")
+        for edge in info.edge_cases:
+            print(f"  differs from jax.jit (edge inputs, ulps): {edge}")
         try:
             plugin = load_plugin(info.path)
             print(f"  PJRT API {plugin.version_text}")

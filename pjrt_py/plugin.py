@@ -28,7 +28,10 @@ class Build:
 
     ``defects`` lists wrong results found in that build by pjrt_py's tests
     (``tests/test_differential.py``, ``tests/test_plugin_builds.py``;
-    ``docs/plugins.md`` gives the evidence). They decide the default.
+    ``docs/plugins.md`` gives the evidence): values unrelated to the right
+    ones on ordinary inputs. They decide the default. ``edge_cases`` lists
+    where it differs from ``jax.jit`` only at subnormals or poles, or by a few
+    ulps; every CPU build has some, so they do not (``docs/plugin_defects.md``).
     """
 
     distribution: str  # the PyPI name
@@ -37,21 +40,40 @@ class Build:
     pattern: str  # glob for the library inside it
     api: tuple[int, int] | None  # the PJRT C API it implements, as measured
     defects: tuple[str, ...] = ()
+    edge_cases: tuple[str, ...] = ()
 
+
+_ATAN_F64_SUBNORMAL = "f64 atan flushes a subnormal input to 0"
 
 # Every build pjrt_py can find installed, in the order a platform name picks
 # them: builds with no known wrong result first, then the newest API. The
 # order is written out (and checked by tests against the rule) rather than
 # computed, so that it reads as the decision it is.
 BUILDS: tuple[Build, ...] = (
-    Build("fastatomstruct-xla-cpu", "cpu", "fastatomstruct_xla_cpu", "libpjrt_cpu.so", (0, 106)),
+    Build(
+        "fastatomstruct-xla-cpu",
+        "cpu",
+        "fastatomstruct_xla_cpu",
+        "libpjrt_cpu.so",
+        (0, 106),
+        (),
+        (_ATAN_F64_SUBNORMAL,),
+    ),
     Build(
         "lammps-jax-pjrt-cpu",
         "cpu",
         "lammps_jax_pjrt_cpu",
         "pjrt_c_api_cpu_plugin.so",
         (0, 115),
-        ("atan of an f32 array of 50 or more elements is wrong (up to 3.6 off at 64)",),
+        (
+            "atan of an array of 50 or more elements is wrong in every float dtype "
+            "(f32: up to 3.6 off at 64 elements)",
+        ),
+        (
+            "digamma is -inf where jax has NaN at 0 and subnormals",
+            "a subnormal bf16 converts to bool False",
+            "f64 log1p, atanh and normal rng differ by 8-90 ulps (the plugin is closer to libm)",
+        ),
     ),
     Build(
         "xla-cpu-pjrt",
@@ -63,6 +85,7 @@ BUILDS: tuple[Build, ...] = (
             "a gather of a constant operand can come back with two result dimensions "
             "swapped (tests/data/known_wrong_gather.mlir)",
         ),
+        (_ATAN_F64_SUBNORMAL, "cbrt of subnormals differs from jax (both are wrong)"),
     ),
     Build("jax-cuda13-pjrt", "cuda", "jax_plugins", "xla_cuda13/xla_cuda_plugin.so", None),
     Build("jax-cuda12-pjrt", "cuda", "jax_plugins", "xla_cuda12/xla_cuda_plugin.so", None),
@@ -84,8 +107,9 @@ class PluginInfo:
 
     ``distribution`` is the PyPI distribution that installed it and
     ``version`` that distribution's version; ``api`` the PJRT C API version
-    measured for that build and ``defects`` the wrong results known in it
-    (see :data:`BUILDS`); ``default`` says whether its platform name picks it.
+    measured for that build, ``defects`` the wrong results known in it and
+    ``edge_cases`` its differences at subnormals, poles or by ulps (see
+    :data:`BUILDS`); ``default`` says whether its platform name picks it.
     """
 
     name: str  # the platform: cpu, cuda, tpu, rocm
@@ -95,6 +119,7 @@ class PluginInfo:
     api: tuple[int, int] | None = None
     defects: tuple[str, ...] = ()
     default: bool = False
+    edge_cases: tuple[str, ...] = ()
 
 
 def _package_dirs(package: str) -> list[Path]:
@@ -135,6 +160,7 @@ def plugins() -> list[PluginInfo]:
                         build.api,
                         build.defects,
                         default=first,
+                        edge_cases=build.edge_cases,
                     )
                 )
     return found

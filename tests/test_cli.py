@@ -30,6 +30,8 @@ def test_info_lists_plugins_versions_and_devices() -> None:
     for info in pjrt_py_lib.plugins():
         for defect in info.defects:
             assert f"known wrong result: {defect}" in result.stdout
+        for edge in info.edge_cases:
+            assert f"differs from jax.jit (edge inputs, ulps): {edge}" in result.stdout
 
 
 def test_smoke_runs_every_plugin() -> None:
