@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -344,3 +346,54 @@ def test_without_a_zygote_workers_are_fresh_interpreters(
     assert results[0].message == "worker killed by SIGSEGV"
     assert "test hook: raising SIGSEGV" in results[0].output
     assert versions[chosen[0].label]
+
+
+def _live(group: int) -> list[str]:
+    """The processes of a process group that are still running (not zombies)."""
+    ps = subprocess.run(
+        ["ps", "-o", "pid=,stat=", "-g", str(group)], capture_output=True, text=True
+    ).stdout
+    return [line for line in ps.splitlines() if line.split()[1][0] != "Z"]
+
+
+def _hanging_run(tmp_path: Path) -> subprocess.Popen[str]:
+    """``pjrt-py test -j 2`` busy on two hanging cases, in a new process group."""
+    cases = write(tmp_path, {"a.mlir": HANG, "b.mlir": HANG, "c.mlir": GOOD})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pjrt_py", "test", str(cases), "-j", "2", "--timeout", "120"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, HOOK_ENV: "1"},
+        start_new_session=True,
+        # As an interactive shell starts it: SIGINT not ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 60
+    while len(_live(proc.pid)) < 4:  # the runner, the zygote, two busy workers
+        assert time.monotonic() < deadline, _live(proc.pid)
+        time.sleep(0.1)
+    time.sleep(1.0)  # the workers are now inside their hanging case
+    return proc
+
+
+def test_ctrl_c_stops_the_run_at_once_and_kills_every_worker(tmp_path: Path) -> None:
+    proc = _hanging_run(tmp_path)
+    os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: the whole group
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out
+    assert "interrupted" in out and "Traceback" not in out and "CRASH" not in out, out
+    deadline = time.monotonic() + 10
+    while _live(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _live(proc.pid) == []
+
+
+def test_a_runner_killed_outright_leaves_no_worker_behind(tmp_path: Path) -> None:
+    proc = _hanging_run(tmp_path)
+    proc.kill()  # SIGKILL: no cleanup of its own runs
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while _live(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _live(proc.pid) == []

@@ -50,13 +50,18 @@ def run_command(args: argparse.Namespace) -> int:
     # The workers start first, so their plugins load while the files are found;
     # no more than there are files when the paths are all files.
     named = len(args.paths) if all(os.path.isfile(p) for p in args.paths) else args.jobs
-    with runner.Pool(chosen, max(1, min(args.jobs, named))) as pool:
-        paths = [str(p) for p in cases.discover(args.paths)]
-        # With the JSON on stdout, everything for people goes to stderr.
-        human = sys.stderr if args.json == "-" else sys.stdout
-        progress = report.Progress(len(paths) * len(chosen), human, args.verbose)
-        results, versions = runner.run(paths, chosen, args.jobs, args.timeout, progress, pool)
-        progress.finish()
+    # With the JSON on stdout, everything for people goes to stderr.
+    human = sys.stderr if args.json == "-" else sys.stdout
+    try:
+        with runner.Pool(chosen, max(1, min(args.jobs, named))) as pool:
+            paths = [str(p) for p in cases.discover(args.paths)]
+            progress = report.Progress(len(paths) * len(chosen), human, args.verbose)
+            results, versions = runner.run(paths, chosen, args.jobs, args.timeout, progress, pool)
+            progress.finish()
+    except KeyboardInterrupt:  # the pool has killed every worker on its way out
+        human.write("\ninterrupted: no report written\n")
+        human.flush()
+        return 130
     human.write(f"\n{len(paths)} file(s) on {len(chosen)} plugin build(s)\n")
     human.write(report.summary(results, labels, versions))
     for target in chosen:

@@ -73,6 +73,18 @@ class WorkerGone(Exception):
 # -- the zygote ---------------------------------------------------------------
 
 
+def _die_with_parent() -> None:
+    """Linux: be killed when the process that forked this one ends (a runner
+    killed with SIGKILL leaves no zygote, and no hanging worker, behind)."""
+    parent = os.getppid()
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # it ended before the request
+        os._exit(1)
+
+
 def _worker_main(plugin: str, requests: int, replies: int, stderr: int) -> NoReturn:
     """A worker forked from the zygote: the same as ``worker.main``."""
     code = 0
@@ -80,7 +92,8 @@ def _worker_main(plugin: str, requests: int, replies: int, stderr: int) -> NoRet
         from .. import _runtime
         from . import worker
 
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _die_with_parent()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's: it kills us
         os.dup2(requests, 0)
         os.dup2(stderr, 2)
         os.dup2(stderr, 1)  # the plugin's prints go to stderr, never into the protocol
@@ -112,10 +125,16 @@ def _zygote_main(sock: socket.socket) -> None:
     stderr) forks a worker and answers ``{"pid": N}``; ``{"op": "wait",
     "pid": N}`` answers ``{"code": C}`` (``os.waitstatus_to_exitcode``),
     ``null`` while the worker runs."""
+    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's
+    children: set[int] = set()
     while True:
         data, fds, _, _ = socket.recv_fds(sock, _PACKET, 3)
-        if not data:
+        if not data:  # the runner is done (or gone): no worker outlives it
+            for pid in children:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
             return
         request = json.loads(data)
         reply: dict[str, Any]
@@ -126,6 +145,7 @@ def _zygote_main(sock: socket.socket) -> None:
                 _worker_main(request["plugin"], *fds)
             for fd in fds:
                 os.close(fd)
+            children.add(pid)
             reply = {"pid": pid}
         else:
             try:
@@ -133,6 +153,9 @@ def _zygote_main(sock: socket.socket) -> None:
                 reply = {"code": os.waitstatus_to_exitcode(status) if got else None}
             except ChildProcessError:
                 reply = {"code": None, "gone": True}
+                got = request["pid"]
+            if got:
+                children.discard(got)
         sock.send(json.dumps(reply).encode())
 
 
@@ -356,12 +379,23 @@ class Pool:
 
     Making one starts ``count`` workers per target, so their plugins load
     while the caller goes on (finding the files, say); :meth:`trim` stops
-    the ones not needed. Close it (or use it as a context manager)."""
+    the ones not needed. Close it (or use it as a context manager): every
+    worker it made is killed if still running, busy ones included (a Ctrl-C
+    stops the run at once), and ``closing`` tells the threads using them to
+    report nothing more."""
 
     def __init__(self, targets: Sequence[Target], count: int) -> None:
+        self.closing = threading.Event()
         self.zygote = Zygote() if Zygote.usable() else None
-        self._idle = {t.label: [Worker(t, self.zygote) for _ in range(count)] for t in targets}
         self._lock = threading.Lock()
+        self._made: list[Worker] = []
+        self._idle = {t.label: [self._new(t) for _ in range(count)] for t in targets}
+
+    def _new(self, target: Target) -> Worker:
+        worker = Worker(target, self.zygote)
+        with self._lock:
+            self._made.append(worker)
+        return worker
 
     def __enter__(self) -> Pool:
         return self
@@ -381,10 +415,15 @@ class Pool:
             idle = self._idle.get(target.label)
             if idle:
                 return idle.pop(0)
-        return Worker(target, self.zygote)
+        return self._new(target)
 
     def close(self) -> None:
+        self.closing.set()
         self.trim(0)
+        with self._lock:
+            made, self._made = self._made, []
+        for worker in made:
+            worker.kill()  # a busy one's thread then reads EOF and closes it
         if self.zygote is not None:
             self.zygote.close()
             self.zygote = None
@@ -400,6 +439,11 @@ def _slot(
     versions: dict[str, str],
 ) -> None:
     worker: Worker | None = None
+
+    def emit(result: Result) -> None:
+        if not pool.closing.is_set():  # the run was stopped (Ctrl-C): say nothing more
+            report(result)
+
     try:
         while True:
             try:
@@ -407,7 +451,7 @@ def _slot(
             except queue.Empty:
                 return
             if target.label in broken:
-                report(Result(target.label, path, "error", broken[target.label]))
+                emit(Result(target.label, path, "error", broken[target.label]))
                 continue
             if worker is None:
                 worker = pool.worker(target)
@@ -418,7 +462,7 @@ def _slot(
                     worker = None
                     why = f"plugin failed to start: {exc.message}"
                     broken[target.label] = why
-                    report(Result(target.label, path, "error", why, output=exc.output))
+                    emit(Result(target.label, path, "error", why, output=exc.output))
                     continue
             started = time.perf_counter()
             try:
@@ -427,9 +471,9 @@ def _slot(
                 worker.close()
                 worker = None
                 seconds = time.perf_counter() - started
-                report(Result(target.label, path, exc.status, exc.message, seconds, [], exc.output))
+                emit(Result(target.label, path, exc.status, exc.message, seconds, [], exc.output))
                 continue
-            report(
+            emit(
                 Result(
                     target.label,
                     path,

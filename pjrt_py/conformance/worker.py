@@ -115,6 +115,7 @@ def serve(plugin: str, requests: IO[str], replies: IO[str]) -> None:
 
 
 def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's: it kills us
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # the plugin's prints go to stderr, never into the protocol
     sys.stdout = sys.stderr
