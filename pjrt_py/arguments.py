@@ -68,7 +68,9 @@ def weak_scalar(value: bool | int | float | complex, dtype: np.dtype[Any], index
     A Python number takes the parameter's dtype only within its own kind: an
     int fits any number dtype, a float a floating or complex one, a complex
     only a complex one, a bool only bool. A value that would change (2.5 into
-    an int, 300 into uint8, 0.5 into a bool) is refused, never converted.
+    an int, 300 into uint8, 0.5 into a bool, 2**200 into float32) is refused,
+    never converted. A float rounds to its parameter's precision (1e300 into
+    float32 is inf), as in jax.
     """
     kind = _kind(dtype)
     if isinstance(value, bool):
@@ -90,7 +92,15 @@ def weak_scalar(value: bool | int | float | complex, dtype: np.dtype[Any], index
             f"argument {index}: a Python {type(value).__name__} ({value!r}) cannot be passed "
             f"for a {dtype} parameter without changing its value; pass a numpy {dtype} value"
         )
-    return np.asarray(value, dtype=dtype)
+    with np.errstate(over="ignore"):
+        converted = np.asarray(value, dtype=dtype)
+    if isinstance(value, int) and kind in "fc" and not np.isfinite(converted):
+        # jax raises OverflowError here too; a float too large for its dtype
+        # becomes inf in jax as in numpy, so only ints are refused.
+        raise ValueError(
+            f"argument {index}: {value} does not fit the parameter's {dtype} (it would be inf)"
+        )
+    return converted
 
 
 _ML_INT = re.compile(r"(u?)int(\d+)$")

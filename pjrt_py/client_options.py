@@ -11,19 +11,33 @@ unknown names, and 0.115 answers an ``InvalidArgumentError``.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 Check = Callable[[str, Any], Any]  # returns the value to send (or raises)
 
 
+def _integer(value: Any) -> int | None:
+    """An int, or a numpy integer as one; None for anything else (bools included)."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _int(low: int, high: int) -> Check:
     def check(name: str, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int):
+        number = _integer(value)
+        if number is None:
             raise TypeError(f"client option {name!r} takes an int, got {value!r}")
-        if not low <= value <= high:
-            raise ValueError(f"client option {name!r} must be in [{low}, {high}], got {value}")
-        return value
+        if not low <= number <= high:
+            raise ValueError(f"client option {name!r} must be in [{low}, {high}], got {number}")
+        return number
 
     return check
 
@@ -49,11 +63,10 @@ def _fraction(name: str, value: Any) -> Any:
 
 
 def _int_list(name: str, value: Any) -> Any:
-    if not isinstance(value, (list, tuple)) or not all(
-        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 31 for v in value
-    ):
+    numbers = [_integer(v) for v in value] if isinstance(value, (list, tuple)) else [None]
+    if not all(n is not None and 0 <= n < 1 << 31 for n in numbers):
         raise TypeError(f"client option {name!r} takes a list of device numbers, got {value!r}")
-    return list(value)
+    return numbers
 
 
 # 65,536 CPU devices is far past any use; 100,000 took a minute to create.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import pjrt_py
@@ -34,6 +35,10 @@ def test_create_options_reach_the_plugin() -> None:
     assert len(two.devices) == 2
     three = pjrt_py.Client("cpu", options={"cpu_device_count": 3})
     assert len(three.devices) == 3
+    # A numpy integer is an int (as jax takes it); a numpy bool is not.
+    assert len(pjrt_py.Client(options={"cpu_device_count": np.int64(2)}).devices) == 2
+    with pytest.raises(TypeError, match="takes an int"):
+        pjrt_py.Client(options={"cpu_device_count": np.True_})
 
 
 @pytest.mark.parametrize("options", [["cpu_device_count"], {"x": object()}, {1: 2}])

@@ -83,6 +83,7 @@ CASES: dict[str, tuple[str, str]] = {
     "arg-float-for-int": ("client.compile(INT).execute(2.5)", "TypeError"),
     "arg-float-for-bool": ("client.compile(BOOL).execute(0.5)", "TypeError"),
     "arg-int-overflow": ("client.compile(INT).execute(1 << 40)", "ValueError"),
+    "arg-int-overflows-float": ("client.compile(F32).execute(1 << 200)", "ValueError"),
     "arg-unsupported-dtype": ("client.buffer(np.array(['a']))", "TypeError"),
     "arg-not-an-array": ("client.compile(INT).execute(object())", "TypeError"),
     "non-donatable-int": (
@@ -123,6 +124,7 @@ import pjrt_py.isolate
 ADD = ADD_TEXT
 INT = "func.func @main(%x: tensor<i32>) -> tensor<i32> {\\n return %x : tensor<i32>\\n}"
 BOOL = "func.func @main(%x: tensor<i1>) -> tensor<i1> {\\n return %x : tensor<i1>\\n}"
+F32 = "func.func @main(%x: tensor<f32>) -> tensor<f32> {\\n return %x : tensor<f32>\\n}"
 NOT_ELF = os.path.join(tempfile.mkdtemp(), "bogus.so")
 open(NOT_ELF, "w").write("not an ELF file")
 client = pjrt_py.Client()
