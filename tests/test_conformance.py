@@ -359,15 +359,19 @@ def _live(group: int) -> list[str]:
 def _hanging_run(tmp_path: Path) -> subprocess.Popen[str]:
     """``pjrt-py test -j 2`` busy on two hanging cases, in a new process group."""
     cases = write(tmp_path, {"a.mlir": HANG, "b.mlir": HANG, "c.mlir": GOOD})
+    # `python -m pjrt_py test ...` with Python's SIGINT handler, as from an
+    # interactive shell, even where this process was started with SIGINT ignored.
+    command = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv[0] = 'pjrt-py'; runpy.run_module('pjrt_py', run_name='__main__')"
+    )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pjrt_py", "test", str(cases), "-j", "2", "--timeout", "120"],
+        [sys.executable, "-c", command, "test", str(cases), "-j", "2", "--timeout", "120"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env={**os.environ, HOOK_ENV: "1"},
         start_new_session=True,
-        # As an interactive shell starts it: SIGINT not ignored.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 60
     while len(_live(proc.pid)) < 4:  # the runner, the zygote, two busy workers
