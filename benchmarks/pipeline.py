@@ -90,9 +90,15 @@ class Timeline:
         deadline = time.perf_counter() + 10
         while any(math.isnan(t) for t in self.ready) and time.perf_counter() < deadline:
             time.sleep(0.001)
+        if any(math.isnan(t) for t in self.ready):
+            raise RuntimeError("a step's done callback did not run within 10 s")
         spans, previous_end = [], 0.0
-        for start, end in zip(self.dispatched, self.ready, strict=True):
+        for start, ready in zip(self.dispatched, self.ready, strict=True):
             begin = max(start, previous_end)
+            # Each step takes the previous step's state, so it cannot end first;
+            # a callback that ran sooner (a step run inline calls it at once,
+            # an earlier step's may wait for a busy PJRT thread) only looks so.
+            end = max(ready, begin)
             spans.append((begin, end))
             previous_end = end
         return spans
