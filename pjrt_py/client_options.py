@@ -63,8 +63,8 @@ def _fraction(name: str, value: Any) -> Any:
 
 
 def _int_list(name: str, value: Any) -> Any:
-    numbers = [_integer(v) for v in value] if isinstance(value, (list, tuple)) else [None]
-    if not all(n is not None and 0 <= n < 1 << 31 for n in numbers):
+    numbers = [_integer(v) for v in value] if isinstance(value, (list, tuple)) else None
+    if numbers is None or not all(n is not None and 0 <= n < 1 << 31 for n in numbers):
         raise TypeError(f"client option {name!r} takes a list of device numbers, got {value!r}")
     return numbers
 

@@ -182,12 +182,9 @@ class Worker:
             return
         if self._proc is not None:
             self._proc.kill()
-            self._code = self._proc.wait()
-            self._finished = True
-            return
-        # Not reaped yet, so the pid is still this worker's.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self._pid, signal.SIGKILL)
+        else:  # not reaped yet, so the pid is still this worker's
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pid, signal.SIGKILL)
         while not self._poll():
             time.sleep(0.001)
 
