@@ -92,11 +92,16 @@ def weak_scalar(value: bool | int | float | complex, dtype: np.dtype[Any], index
             f"argument {index}: a Python {type(value).__name__} ({value!r}) cannot be passed "
             f"for a {dtype} parameter without changing its value; pass a numpy {dtype} value"
         )
-    with np.errstate(over="ignore"):
-        converted = np.asarray(value, dtype=dtype)
-    if isinstance(value, int) and kind in "fc" and not np.isfinite(converted):
-        # jax raises OverflowError here too; a float too large for its dtype
-        # becomes inf in jax as in numpy, so only ints are refused.
+    with np.errstate(over="ignore"):  # a float too large for its dtype is inf, as in jax
+        if not isinstance(value, int) or kind not in "fc":
+            return np.asarray(value, dtype=dtype)
+        # An int into a float: jax raises OverflowError where it would not be finite.
+        try:
+            converted = np.asarray(value, dtype=dtype)
+            fits = bool(np.isfinite(converted))
+        except (OverflowError, TypeError):  # past float64 (ml_dtypes raises TypeError)
+            fits = False
+    if not fits:
         raise ValueError(
             f"argument {index}: {value} does not fit the parameter's {dtype} (it would be inf)"
         )

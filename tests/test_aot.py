@@ -188,6 +188,10 @@ def test_python_scalars_follow_jaxs_weak_type_rules(client: pjrt_py.Client) -> N
         (1, 300, ValueError),
         (1, -1, ValueError),
         (0, 1 << 31, ValueError),
+        # an int that would be inf: in bf16, in complex64, past float64 itself
+        (3, 1 << 200, ValueError),
+        (4, 1 << 200, ValueError),
+        (4, 1 << 2000, ValueError),
     ]:
         args = list(good)
         args[index] = bad
