@@ -24,7 +24,16 @@ DECL = HERE / "include" / "pjrt_py"
 NATIVE = HERE / "native"
 
 # Order matters: each cdef file may use the types of the ones before it.
-CDEF_FILES = ["api.h", "client.h", "device.h", "buffer.h", "executable.h", "table.h", "slots.h"]
+CDEF_FILES = [
+    "api.h",
+    "client.h",
+    "device.h",
+    "memory.h",
+    "buffer.h",
+    "executable.h",
+    "table.h",
+    "slots.h",
+]
 
 
 # Where installed wheels keep a pjrt_c_api.h, relative to a sys.path entry.

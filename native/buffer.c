@@ -43,6 +43,7 @@ static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffe
   b->meta = meta;
   b->weakrefs = NULL;
   b->pins = 0;
+  b->exports = 0;
   b->state = BUF_LIVE;
   b->ready = 0;
   b->dense = 0;
@@ -72,13 +73,14 @@ static int buffer_pin(BufferObject* b) {
 }
 
 static void buffer_unpin(BufferObject* b) {
-  if (--b->pins == 0 && b->state != BUF_LIVE) buffer_free_handle(b);
+  if (--b->pins == 0 && b->exports == 0 && b->state != BUF_LIVE) buffer_free_handle(b);
 }
 
-/* Makes b dead to Python; frees the handle now, or at the last unpin. */
+/* Makes b dead to Python; frees the handle now, or when the last call using
+ * it (unpin) or the last DLPack export lending its memory (dlpack.c) ends. */
 static void buffer_retire(BufferObject* b, int state) {
   if (b->state == BUF_LIVE) b->state = (unsigned char)state;
-  if (b->pins == 0) buffer_free_handle(b);
+  if (b->pins == 0 && b->exports == 0) buffer_free_handle(b);
 }
 
 static void buffer_dealloc(BufferObject* b) {

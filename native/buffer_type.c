@@ -170,6 +170,43 @@ static PyObject* buffer_reduce(BufferObject* b, PyObject* unused) {
   return reduced;
 }
 
+/* ---- DLPack ------------------------------------------------------------------------
+ * The protocol (versions, copy=, dl_device=, stream=) is decided in
+ * pjrt_py/dlpack.py; the capsule is made in dlpack.c. */
+
+static PyObject* hook_dlpack;        /* (buffer, *args, **kwargs) -> capsule */
+static PyObject* hook_dlpack_device; /* buffer -> (device_type, device_id) */
+
+static PyObject* buffer_call_hook(PyObject* hook, BufferObject* b, PyObject* args,
+                                  PyObject* kwargs) {
+  if (hook == NULL) {
+    PyErr_SetString(PyExc_TypeError, "pjrt_py.dlpack is not initialised");
+    return NULL;
+  }
+  Py_ssize_t n = args ? PyTuple_Size(args) : 0;
+  PyObject* all = PyTuple_New(n + 1);
+  if (all == NULL) return NULL;
+  Py_INCREF(b);
+  PyTuple_SetItem(all, 0, (PyObject*)b);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PyTuple_GetItem(args, i);
+    Py_INCREF(item);
+    PyTuple_SetItem(all, i + 1, item);
+  }
+  PyObject* result = PyObject_Call(hook, all, kwargs);
+  Py_DECREF(all);
+  return result;
+}
+
+static PyObject* buffer_dunder_dlpack(BufferObject* b, PyObject* args, PyObject* kwargs) {
+  return buffer_call_hook(hook_dlpack, b, args, kwargs);
+}
+
+static PyObject* buffer_dunder_dlpack_device(BufferObject* b, PyObject* unused) {
+  (void)unused;
+  return buffer_call_hook(hook_dlpack_device, b, NULL, NULL);
+}
+
 static PyObject* buffer_repr(BufferObject* b) {
   if (b->state != BUF_LIVE) return PyUnicode_FromString("<Buffer deleted>");
   PyObject* meta = buffer_meta(b);
@@ -207,6 +244,21 @@ static PyMethodDef buffer_methods[] = {
      "Copy to another device of the same client, and wait until it is there."},
     {"unsafe_pointer", (PyCFunction)buffer_unsafe_pointer, METH_NOARGS,
      "The buffer's device address as PJRT reports it (debugging only)."},
+    {"copy_to_memory_async", (PyCFunction)buffer_copy_to_memory_async, METH_O,
+     "Start copying to a Memory (or a memory kind of this buffer's device); a\n"
+     "BufferPromise at once. PJRT_Buffer_CopyToMemory; UnsupportedError where the\n"
+     "plugin lacks it."},
+    {"copy_to_memory", (PyCFunction)buffer_copy_to_memory, METH_O,
+     "Copy to a Memory (or a memory kind of this buffer's device), and wait."},
+    {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dunder_dlpack,
+     METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n\n"
+     "A DLPack capsule of this buffer (the Python array API protocol; see\n"
+     "docs/interop.md). Zero-copy on CPU: waits for the data first."},
+    {"__dlpack_device__", (PyCFunction)buffer_dunder_dlpack_device, METH_NOARGS,
+     "(DLPack device type, device id) of this buffer."},
+    {"_dlpack", (PyCFunction)buffer_dlpack_export, METH_VARARGS, NULL},
+    {"_dlpack_layout_ok", (PyCFunction)buffer_dlpack_layout_ok, METH_NOARGS, NULL},
     {"_metadata", (PyCFunction)buffer_metadata, METH_NOARGS, NULL},
     {"_pjrt_deleted", (PyCFunction)buffer_pjrt_deleted, METH_NOARGS, NULL},
     {"_retire_donated", (PyCFunction)buffer_retire_donated, METH_NOARGS, NULL},
@@ -226,7 +278,9 @@ static PyGetSetDef buffer_getset[] = {
     {"client", (getter)buffer_get_client, NULL, "The Client that owns the buffer.", NULL},
     {"is_deleted", (getter)buffer_get_is_deleted, NULL, "Deleted, or donated to an execution.",
      NULL},
+    {"memory", (getter)buffer_get_memory, NULL, "The Memory holding the data.", NULL},
     {"_meta", (getter)buffer_get_meta, NULL, NULL, NULL},
+    {"_exports", (getter)buffer_get_exports, NULL, NULL, NULL},
     {"_host_aliased", (getter)buffer_get_host_aliased, NULL, NULL, NULL},
     {"_handle", (getter)buffer_get_handle, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},

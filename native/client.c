@@ -160,14 +160,15 @@ static PyObject* client_core_refs(ClientCoreObject* self, PyObject* unused) {
   return PyLong_FromLong(self->c->refs);
 }
 
-/* _from_host(array, type, semantics, device, meta, host_aliased) -> Buffer:
- * the general host-to-device primitive. `array` is C-contiguous; the caller
- * chose the semantics (copy, zero-copy) and checked everything else. */
+/* _from_host(array, type, semantics, device, meta, host_aliased, memory=None)
+ * -> Buffer: the general host-to-device primitive. `array` is C-contiguous;
+ * the caller chose the semantics (copy, zero-copy) and the memory (an address,
+ * checked), and checked everything else. */
 static PyObject* client_core_from_host(ClientCoreObject* self, PyObject* args) {
-  PyObject *array, *device_address, *meta;
+  PyObject *array, *device_address, *meta, *memory_address = Py_None;
   int type, semantics, host_aliased;
-  if (!PyArg_ParseTuple(args, "O!iiOOp:_from_host", &PyArray_Type, &array, &type, &semantics,
-                        &device_address, &meta, &host_aliased))
+  if (!PyArg_ParseTuple(args, "O!iiOOp|O:_from_host", &PyArray_Type, &array, &type, &semantics,
+                        &device_address, &meta, &host_aliased, &memory_address))
     return NULL;
   pjrt_py_client* c = client_core_open(self);
   if (c == NULL) return NULL;
@@ -180,9 +181,33 @@ static PyObject* client_core_from_host(ClientCoreObject* self, PyObject* args) {
                         PyArray_NDIM((PyArrayObject*)array), PJRT_PY_MAX_RANK);
   }
   PJRT_Device* device = (PJRT_Device*)PyLong_AsVoidPtr(device_address);
+  PJRT_Memory* memory =
+      memory_address == Py_None ? NULL : (PJRT_Memory*)PyLong_AsVoidPtr(memory_address);
   if (PyErr_Occurred()) return NULL;
   return (PyObject*)host_to_device((PyObject*)self, c, (PyArrayObject*)array, type, semantics,
-                                   device, meta, host_aliased);
+                                   device, memory, meta, host_aliased);
+}
+
+/* _view(tensor, type, device, meta, stream=0) -> Buffer: a zero-copy view of a DLPack
+ * tensor's memory (see dlpack.c). pjrt_py.dlpack checked the plugin has
+ * CreateViewOfDeviceBuffer, the dtype, the alignment and the layout. */
+static PyObject* client_core_view(ClientCoreObject* self, PyObject* args) {
+  PyObject *tensor, *device_address, *meta;
+  int type;
+  Py_ssize_t stream = 0;
+  if (!PyArg_ParseTuple(args, "O!iOO|n:_view", TensorType, &tensor, &type, &device_address, &meta,
+                        &stream))
+    return NULL;
+  pjrt_py_client* c = client_core_open(self);
+  if (c == NULL) return NULL;
+  if (!PJRT_PY_HAS(c->api, PJRT_Client_CreateViewOfDeviceBuffer)) {
+    PyErr_SetString(PyExc_BufferError, "the plugin cannot view memory it does not own");
+    return NULL;
+  }
+  PJRT_Device* device = (PJRT_Device*)PyLong_AsVoidPtr(device_address);
+  if (PyErr_Occurred()) return NULL;
+  return (PyObject*)tensor_view((PyObject*)self, c, (TensorObject*)tensor, type, device, meta,
+                                (intptr_t)stream);
 }
 
 /* buffer_async(value, device=None, *, zero_copy=False): the common case (a
@@ -207,7 +232,7 @@ static PyObject* client_core_buffer_async(ClientCoreObject* self, PyObject* cons
   if (meta == NULL) return NULL;
   BufferObject* b = host_to_device((PyObject*)self, c, array, type,
                                    PJRT_HostBufferSemantics_kImmutableOnlyDuringCall,
-                                   c->default_device, meta, 0);
+                                   c->default_device, NULL, meta, 0);
   Py_DECREF(meta);
   if (b == NULL) return NULL;
   PyObject* promise = promise_of_one(b);
@@ -256,6 +281,7 @@ static PyMethodDef client_core_methods[] = {
     {"_closed_reason", (PyCFunction)client_core_closed_reason, METH_O, NULL},
     {"_refs", (PyCFunction)client_core_refs, METH_NOARGS, NULL},
     {"_from_host", (PyCFunction)client_core_from_host, METH_VARARGS, NULL},
+    {"_view", (PyCFunction)client_core_view, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,6 +16,8 @@
 #include "client_ref.c"
 #include "host.c"
 #include "buffer.c"
+#include "dlpack.c"
+#include "memory.c"
 #include "buffer_type.c"
 #include "promise.c"
 #include "callbacks.c"
@@ -31,11 +33,21 @@ static PyObject* hook_callback_error = NULL;
  * call for what is better said in Python (see pjrt_py.promise / .buffer). */
 static PyObject* core_set_hooks(PyObject* self, PyObject* args, PyObject* kwargs) {
   (void)self;
-  static char* names[] = {"await_", "callback_error", "unpickle", NULL};
-  PyObject *await_ = NULL, *callback_error = NULL, *unpickle = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOO:set_hooks", names, &await_,
-                                   &callback_error, &unpickle))
+  static char* names[] = {"await_", "callback_error", "unpickle", "dlpack", "dlpack_device",
+                          NULL};
+  PyObject *await_ = NULL, *callback_error = NULL, *unpickle = NULL, *dlpack = NULL,
+           *dlpack_device = NULL;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOO:set_hooks", names, &await_,
+                                   &callback_error, &unpickle, &dlpack, &dlpack_device))
     return NULL;
+  if (dlpack != NULL) {
+    Py_INCREF(dlpack);
+    PJRT_PY_SETREF(hook_dlpack, dlpack);
+  }
+  if (dlpack_device != NULL) {
+    Py_INCREF(dlpack_device);
+    PJRT_PY_SETREF(hook_dlpack_device, dlpack_device);
+  }
   if (await_ != NULL) {
     Py_INCREF(await_);
     PJRT_PY_SETREF(hook_await, await_);
@@ -86,6 +98,8 @@ static PyMethodDef core_functions[] = {
     {"set_hooks", (PyCFunction)(void (*)(void))core_set_hooks, METH_VARARGS | METH_KEYWORDS,
      NULL},
     {"generation", core_generation, METH_NOARGS, NULL},
+    {"dlpack_unpack", core_dlpack_unpack, METH_O,
+     "dlpack_unpack(capsule) -> DLPackTensor, taking the producer's tensor."},
     {"live_clients", core_live_clients, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -126,6 +140,7 @@ PyMODINIT_FUNC PyInit__core(void) {
   if (!(LoadedType = make_type(module, &loaded_spec, NULL, "Loaded"))) goto fail;
   if (!(ExecutableCoreType = make_type(module, &executable_spec, NULL, "ExecutableCore")))
     goto fail;
+  if (!(TensorType = make_type(module, &tensor_spec, NULL, "DLPackTensor"))) goto fail;
   if (!(ClientCoreType = make_type(module, &client_core_spec, NULL, "ClientCore"))) goto fail;
   return module;
 fail:

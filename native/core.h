@@ -96,6 +96,7 @@ typedef struct {
   PyObject* meta;    /* (shape, dtype), interned; NULL until read */
   PyObject* weakrefs;
   int pins;          /* calls using buf without the GIL (each also holds the client) */
+  int exports;       /* DLPack capsules lending buf's memory (dlpack.c), each holding b */
   unsigned char state;        /* BUF_* as Python sees it */
   unsigned char ready;        /* known ready without error (never goes back) */
   unsigned char dense;        /* 0 unknown, 1 host memory dense row-major, 2 not */

@@ -163,8 +163,8 @@ static PyObject* meta_of_array(PyArrayObject* array) {
  * stays referenced until PJRT is done with its memory. Returns a new Buffer,
  * or NULL with an exception set. */
 static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArrayObject* array,
-                                    int type, int semantics, PJRT_Device* device, PyObject* meta,
-                                    int host_aliased) {
+                                    int type, int semantics, PJRT_Device* device,
+                                    PJRT_Memory* memory, PyObject* meta, int host_aliased) {
   npy_intp nbytes = PyArray_NBYTES(array);
   int64_t dims[PJRT_PY_MAX_RANK];
   int ndim = PyArray_NDIM(array);
@@ -178,6 +178,7 @@ static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArray
   args.num_dims = (size_t)ndim;
   args.host_buffer_semantics = (PJRT_HostBufferSemantics)semantics;
   args.device = device;
+  args.memory = memory; /* NULL: the device's default memory */
   PJRT_Error* error;
   if (nbytes >= PJRT_PY_GIL_FREE_BYTES) {
     client_enter_checked(c); /* the caller checked that c takes work */

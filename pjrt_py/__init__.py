@@ -16,6 +16,7 @@ from .buffer import Buffer, aligned_empty
 from .client import Client, default_client
 from .compile_options import encode_compile_options
 from .device import Device
+from .dlpack import to_jax, to_torch
 from .dtypes import SUPPORTED as supported_dtypes
 from .effects import effects_barrier, with_runtime_token
 from .errors import (
@@ -43,6 +44,7 @@ from .errors import (
 )
 from .executable import Executable, MemoryStats
 from .jit import Jitted, Lowered, jit
+from .memory import Memory
 from .plugin import Plugin, PluginInfo, load_plugin, plugins
 from .program import ArgSpec
 from .promise import ArrayPromise, BufferPromise, Promise
@@ -58,6 +60,15 @@ def buffer(value: Any, device: Device | None = None) -> Buffer:
 def buffer_async(value: Any, device: Device | None = None) -> BufferPromise:
     """``default_client().buffer_async(value, device)``: returns at once."""
     return default_client().buffer_async(value, device)
+
+
+def from_dlpack(x: Any, device: Device | None = None, *, copy: bool | None = None) -> Buffer:
+    """A Buffer from any DLPack producer (numpy, jax, torch, ...): zero-copy on CPU
+    where the memory allows. On ``device``'s client if given, else the default
+    client's. See :mod:`pjrt_py.dlpack`."""
+    client = device.client if isinstance(device, Device) else default_client()
+    assert isinstance(client, Client)
+    return client.from_dlpack(x, device, copy=copy)
 
 
 def compile(program: str | bytes, **options: Any) -> Executable:  # noqa: A001
@@ -102,6 +113,10 @@ def is_ready(x: Any) -> bool:
 
 
 __all__ = [
+    "Memory",
+    "from_dlpack",
+    "to_jax",
+    "to_torch",
     "AbortedError",
     "AlreadyExistsError",
     "ArgSpec",

@@ -26,10 +26,13 @@ from . import _core
 from ._core import Buffer
 from ._ffi import lib
 from .dtypes import pjrt_type
+from .errors import UnsupportedError
+from .memory import resolve
 from .promise import BufferPromise
 
 if TYPE_CHECKING:
     from .device import Device
+    from .memory import Memory
 
     class _Client(Protocol):  # what host_to_device needs of a Client
         _cpu_fast_paths: bool
@@ -39,7 +42,14 @@ if TYPE_CHECKING:
 
         def _target(self, device: Device | None) -> Device: ...
         def _from_host(
-            self, array: Any, code: int, semantics: int, device: int, meta: Any, aliased: bool
+            self,
+            array: Any,
+            code: int,
+            semantics: int,
+            device: int,
+            meta: Any,
+            aliased: bool,
+            memory: int | None = None,
         ) -> Buffer: ...
 
 
@@ -80,11 +90,22 @@ def intern_meta(meta: tuple[tuple[int, ...], np.dtype[Any]]) -> Any:
 
 
 def host_to_device(
-    client: _Client, value: Any, device: Device | None, zero_copy: bool
+    client: _Client,
+    value: Any,
+    device: Device | None,
+    zero_copy: bool,
+    memory: Memory | str | None = None,
 ) -> BufferPromise:
-    """Start a host-to-device transfer of a numpy array or scalar."""
+    """Start a host-to-device transfer of a numpy array or scalar.
+
+    ``memory``: a Memory of the target device, or one of its kinds; checked
+    here, and the result's memory checked after (a plugin too old to read
+    the field would otherwise place it in the default memory without a word).
+    """
     if isinstance(value, (Buffer, BufferPromise)):
         raise TypeError("value is already a device buffer, not a host array")
+    if not isinstance(zero_copy, bool):
+        raise TypeError(f"zero_copy must be a bool, got {zero_copy!r}")
     array = np.asarray(value)
     dtype = array.dtype
     code = pjrt_type(dtype)
@@ -100,11 +121,19 @@ def host_to_device(
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
     target = client._target(device)
+    place = None if memory is None else resolve(target, memory)
     meta = intern_meta((array.shape, dtype))
     # The native core keeps `array` referenced until PJRT is done with it:
     # at once for a copy, when the buffer is freed for an alias.
     aliased = semantics == _ZERO_COPY  # never donated (see docs/devices.md)
-    buf = client._from_host(array, code, semantics, target._addr, meta, aliased)
+    buf = client._from_host(
+        array, code, semantics, target._addr, meta, aliased, None if place is None else place._addr
+    )
+    if place is not None:
+        got = buf.memory
+        if got is not place:
+            buf.delete()
+            raise UnsupportedError(f"the plugin placed the buffer in {got!r}, not {place!r}")
     return BufferPromise((buf,))
 
 

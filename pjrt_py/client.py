@@ -23,9 +23,11 @@ from .compile_options import (
 )
 from .compiled import CompiledProgram
 from .device import Device
+from .dlpack import import_dlpack
 from .errors import PjrtError, SerializationError
 from .executable import Executable
 from .isolate import IsolatedCompiler, env_default
+from .memory import Memory, require_memories, resolve
 from .mlir_text import bytecode_to_text, check_program, main_signature
 from .plugin import Plugin, address, encode_named_values, load_plugin, plugin_info
 from .program import ArgSpec
@@ -115,6 +117,7 @@ class Client(_core.ClientCore):
                 "PJRT_Client_ProcessIndex", client=ptr
             ).process_index
         self._devices_by_addr: dict[int, Device] = {}
+        self._memories_by_addr: dict[int, Memory] = {}
         self.devices: list[Device] = self._device_list("PJRT_Client_Devices", "devices")
         self.addressable_devices: list[Device] = self._device_list(
             "PJRT_Client_AddressableDevices", "addressable_devices"
@@ -153,6 +156,30 @@ class Client(_core.ClientCore):
             self._devices_by_addr[addr] = device
         return device
 
+    def _memory_for(self, addr: int | None) -> Memory:
+        """The Memory at a ``PJRT_Memory*`` address (made once per memory)."""
+        if addr is None:  # the native core found no PJRT_Buffer_Memory
+            self.plugin.require("PJRT_Buffer_Memory")
+        assert addr is not None
+        memory = self._memories_by_addr.get(addr)
+        if memory is None:
+            memory = Memory(self, ffi.cast("PJRT_Memory*", addr))
+            self._memories_by_addr[addr] = memory
+        return memory
+
+    def _memory_target(self, memory: Memory | str, buffer: Buffer) -> Memory:
+        """The Memory a copy of ``buffer`` goes to (called by copy_to_memory)."""
+        self.plugin.require("PJRT_Buffer_CopyToMemory")
+        if isinstance(memory, str):
+            return resolve(buffer.device, memory)
+        if not isinstance(memory, Memory):
+            raise TypeError(
+                f"memory must be a pjrt_py.Memory or a kind string, got {type(memory).__name__}"
+            )
+        if memory.client is not self:
+            raise ValueError(f"{memory!r} belongs to another client")
+        return memory
+
     def _check_open(self) -> None:
         reason = self._closed_reason(None)  # closed, inherited over fork, or exiting
         if reason is not None:
@@ -173,6 +200,26 @@ class Client(_core.ClientCore):
     @property
     def default_device(self) -> Device:
         return self.addressable_devices[0]
+
+    @property
+    def memories(self) -> list[Memory]:
+        """Every memory space addressable from this client (see :mod:`pjrt_py.memory`)."""
+        require_memories(self)
+        with self._pinned() as ptr:
+            args = self.plugin.invoke("PJRT_Client_AddressableMemories", client=ptr)
+            found, count = args.addressable_memories, args.num_addressable_memories
+            return [self._memory_for(address(found[i])) for i in range(count)]
+
+    def from_dlpack(
+        self, x: Any, device: Device | None = None, *, copy: bool | None = None
+    ) -> Buffer:
+        """A Buffer of this client from any DLPack producer (see :mod:`pjrt_py.dlpack`).
+
+        Zero-copy on CPU where the memory allows (``copy=None``); ``copy=True``
+        always copies, ``copy=False`` raises ``BufferError`` rather than copy.
+        """
+        self._check_open()
+        return import_dlpack(self, x, device, copy)
 
     def compile(
         self,
@@ -382,20 +429,34 @@ class Client(_core.ClientCore):
         )
 
     def _buffer_async_slow(
-        self, value: Any, device: Device | None = None, *, zero_copy: bool = False
+        self,
+        value: Any,
+        device: Device | None = None,
+        *,
+        zero_copy: bool = False,
+        memory: Memory | str | None = None,
     ) -> BufferPromise:
         """buffer_async for everything its native path does not take."""
         self._check_open()
-        return host_to_device(self, value, device, zero_copy)
+        return host_to_device(self, value, device, zero_copy, memory)
 
     def buffer(
-        self, value: Any, device: Device | None = None, *, zero_copy: bool = False
+        self,
+        value: Any,
+        device: Device | None = None,
+        *,
+        zero_copy: bool = False,
+        memory: Memory | str | None = None,
     ) -> Buffer:
-        """Move a numpy array or scalar to ``device`` and wait until it is there."""
-        if device is None and not zero_copy:
+        """Move a numpy array or scalar to ``device`` and wait until it is there.
+
+        ``memory``: a :class:`Memory` of ``device`` or one of its kinds
+        (``"pinned_host"``, ...); the device's default memory if None.
+        """
+        if device is None and not zero_copy and memory is None:
             promise = self.buffer_async(value)  # keywords would leave the native path
         else:
-            promise = self.buffer_async(value, device, zero_copy=zero_copy)
+            promise = self.buffer_async(value, device, zero_copy=zero_copy, memory=memory)
         result: Buffer = promise.value()
         return result
 

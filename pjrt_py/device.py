@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from . import memory as _memory
 from ._ffi import ffi
 from .plugin import Plugin, address, named_values
 
+if TYPE_CHECKING:
+    from .memory import Memory
+
 
 class Owner(Protocol):
-    """What a Device reads of the Client that made it (a ``pjrt_py.Client``)."""
+    """What a Device (or a Memory) reads of the Client that made it (a ``pjrt_py.Client``)."""
 
     @property
     def plugin(self) -> Plugin: ...
     @property
     def platform_name(self) -> str: ...
+
+    def _device_for(self, addr: int) -> Device: ...
+    def _memory_for(self, addr: int) -> Memory: ...
 
 
 class Device:
@@ -54,6 +61,7 @@ class Device:
         self.is_addressable: bool = bool(
             invoke("PJRT_Device_IsAddressable", device=ptr).is_addressable
         )
+        self._memories: list[Memory] | None = None
         self.local_hardware_id = -1
         if self.is_addressable:
             self.local_hardware_id = invoke(
@@ -63,6 +71,22 @@ class Device:
     @property
     def platform(self) -> str:
         return self.client.platform_name
+
+    @property
+    def memories(self) -> list[Memory]:
+        """The memory spaces this device can address (see :mod:`pjrt_py.memory`)."""
+        if self._memories is None:
+            self._memories = _memory.device_memories(self)
+        return list(self._memories)
+
+    @property
+    def default_memory(self) -> Memory:
+        """Where a transfer to this device lands when no memory is named."""
+        return _memory.default_memory(self)
+
+    def memory(self, kind: str) -> Memory:
+        """This device's memory of ``kind`` (``ValueError`` if it has none)."""
+        return _memory.resolve(self, kind)
 
     # A device is a handle to one device of one client: copies are the
     # device itself; pickling refuses (it has no meaning in another process).

@@ -26,6 +26,15 @@ typedef struct {
   PJRT_Error* (*PJRT_Device_GetDescription)(PJRT_Device_GetDescription_Args*);
   PJRT_Error* (*PJRT_Device_IsAddressable)(PJRT_Device_IsAddressable_Args*);
   PJRT_Error* (*PJRT_Device_LocalHardwareId)(PJRT_Device_LocalHardwareId_Args*);
+  PJRT_Error* (*PJRT_Device_AddressableMemories)(PJRT_Device_AddressableMemories_Args*);
+  PJRT_Error* (*PJRT_Device_DefaultMemory)(PJRT_Device_DefaultMemory_Args*);
+  PJRT_Error* (*PJRT_Client_AddressableMemories)(PJRT_Client_AddressableMemories_Args*);
+
+  PJRT_Error* (*PJRT_Memory_Id)(PJRT_Memory_Id_Args*);
+  PJRT_Error* (*PJRT_Memory_Kind)(PJRT_Memory_Kind_Args*);
+  PJRT_Error* (*PJRT_Memory_Kind_Id)(PJRT_Memory_Kind_Id_Args*);
+  PJRT_Error* (*PJRT_Memory_DebugString)(PJRT_Memory_DebugString_Args*);
+  PJRT_Error* (*PJRT_Memory_AddressableByDevices)(PJRT_Memory_AddressableByDevices_Args*);
 
   PJRT_Error* (*PJRT_Executable_Name)(PJRT_Executable_Name_Args*);
   PJRT_Error* (*PJRT_Executable_NumOutputs)(PJRT_Executable_NumOutputs_Args*);

@@ -1,0 +1,474 @@
+/* DLPack: lending a Buffer's memory to another framework, and taking theirs.
+ *
+ * The structs below follow the DLPack ABI (versions 0.x "dltensor" and 1.x
+ * "dltensor_versioned" capsules). The protocol decisions (which version, copy
+ * or not, which device) are made in pjrt_py/dlpack.py; this file does only
+ * what needs C: building and consuming the managed tensors, and keeping
+ * every piece of memory alive exactly as long as someone may read it.
+ *
+ * Export. A capsule made from a Buffer holds, until its deleter runs:
+ *   - a strong reference to the Buffer (so its client stays alive too),
+ *   - one "export" count on it: delete() makes the Buffer dead to Python at
+ *     once but leaves the PJRT handle (and so the memory) to the last release,
+ *   - a PJRT external reference, which also stops the plugin from donating it.
+ * The deleter may run on any thread, with or without the GIL: it enters
+ * Python through the gate (state.c). From exit on, or in a forked child, it
+ * leaves everything as it is: the memory outlives any reader.
+ *
+ * Import. dlpack_unpack() takes ownership of a producer's capsule into a
+ * Tensor object; its dealloc calls the producer's deleter. A zero-copy view
+ * (client.c: _view) holds the Tensor until PJRT's on_delete_callback says the
+ * PJRT buffer is done with the memory.
+ */
+
+typedef struct {
+  uint32_t major;
+  uint32_t minor;
+} dlp_version;
+
+typedef struct {
+  int32_t device_type;
+  int32_t device_id;
+} dlp_device;
+
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} dlp_dtype;
+
+typedef struct {
+  void* data;
+  dlp_device device;
+  int32_t ndim;
+  dlp_dtype dtype;
+  int64_t* shape;
+  int64_t* strides; /* in elements; NULL: compact row-major */
+  uint64_t byte_offset;
+} dlp_tensor;
+
+typedef struct dlp_managed {
+  dlp_tensor dl_tensor;
+  void* manager_ctx;
+  void (*deleter)(struct dlp_managed*);
+} dlp_managed;
+
+typedef struct dlp_managed_v {
+  dlp_version version;
+  void* manager_ctx;
+  void (*deleter)(struct dlp_managed_v*);
+  uint64_t flags;
+  dlp_tensor dl_tensor;
+} dlp_managed_v;
+
+#define DLP_FLAG_READ_ONLY 1ULL
+#define DLP_FLAG_IS_COPIED 2ULL
+#define DLP_VERSION_MAJOR 1
+#define DLP_VERSION_MINOR 1 /* the float8 type codes are 1.1 */
+
+static const char DLP_NAME[] = "dltensor";
+static const char DLP_NAME_V[] = "dltensor_versioned";
+static const char DLP_USED[] = "used_dltensor";
+static const char DLP_USED_V[] = "used_dltensor_versioned";
+
+/* ---- export ------------------------------------------------------------------ */
+
+typedef struct {
+  dlp_managed legacy;   /* one of the two is handed out */
+  dlp_managed_v versioned;
+  BufferObject* owner;  /* a strong reference */
+  int external_ref;     /* a PJRT external reference is held */
+  int64_t dims[];       /* shape, then strides */
+} export_ctx;
+
+static void buffer_release_export(BufferObject* b) {
+  if (--b->exports == 0 && b->pins == 0 && b->state != BUF_LIVE) buffer_free_handle(b);
+}
+
+/* Ends one export, on any thread. */
+static void export_release(export_ctx* x) {
+  if (gate_enter()) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    BufferObject* b = x->owner;
+    if (x->external_ref && b->buf != NULL && b->c != NULL && state_pjrt_allowed(b->c)) {
+      PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
+      dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
+      dec.buffer = b->buf;
+      error_destroy(b->c->api, b->c->api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
+    }
+    buffer_release_export(b);
+    Py_DECREF(b);
+    PyGILState_Release(gil);
+    gate_leave();
+    free(x);
+  }
+  /* Past exit (or the gate closed): the Buffer, its handle and x stay. */
+}
+
+static void export_deleter(dlp_managed* m) { export_release((export_ctx*)m->manager_ctx); }
+static void export_deleter_v(dlp_managed_v* m) { export_release((export_ctx*)m->manager_ctx); }
+
+/* A capsule no consumer took: its destructor frees what it holds. */
+static void export_capsule_destructor(PyObject* capsule) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  if (PyCapsule_IsValid(capsule, DLP_NAME)) {
+    dlp_managed* m = (dlp_managed*)PyCapsule_GetPointer(capsule, DLP_NAME);
+    if (m != NULL && m->deleter != NULL) m->deleter(m);
+  } else if (PyCapsule_IsValid(capsule, DLP_NAME_V)) {
+    dlp_managed_v* m = (dlp_managed_v*)PyCapsule_GetPointer(capsule, DLP_NAME_V);
+    if (m != NULL && m->deleter != NULL) m->deleter(m);
+  }
+  PyErr_Restore(type, value, traceback);
+}
+
+/* The buffer's on-device layout is dense row-major (no tiles). */
+static int buffer_row_major(BufferObject* b, size_t ndim) {
+  const PJRT_Api* api = b->c->api;
+  if (!PJRT_PY_HAS(api, PJRT_Buffer_GetMemoryLayout)) return 0;
+  PJRT_Buffer_GetMemoryLayout_Args l = {0};
+  l.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE;
+  l.buffer = b->buf;
+  PJRT_Error* error = api->PJRT_Buffer_GetMemoryLayout(&l);
+  if (error != NULL) {
+    error_destroy(api, error);
+    return 0;
+  }
+  if (l.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || l.layout.tiled.num_tiles != 0 ||
+      l.layout.tiled.minor_to_major_size != ndim)
+    return 0;
+  for (size_t i = 0; i < ndim; ++i)
+    if (l.layout.tiled.minor_to_major[i] != (int64_t)(ndim - 1 - i)) return 0;
+  return 1;
+}
+
+/* _dlpack_layout_ok(): whether the buffer can be lent as is (dense row-major). */
+static PyObject* buffer_dlpack_layout_ok(BufferObject* b, PyObject* unused) {
+  (void)unused;
+  if (buffer_live(b) < 0) return NULL;
+  PyObject* meta = buffer_meta(b);
+  if (meta == NULL) return NULL;
+  return PyBool_FromLong(buffer_row_major(b, (size_t)PyTuple_Size(PyTuple_GetItem(meta, 0))));
+}
+
+/* _dlpack(code, bits, device_type, device_id, versioned, flags) -> capsule.
+ * The caller (pjrt_py.dlpack) waited for the buffer and checked its layout;
+ * flags go into a versioned tensor as they are. */
+static PyObject* buffer_dlpack_export(BufferObject* b, PyObject* args) {
+  int code, bits, device_type, device_id, versioned;
+  unsigned long long flags;
+  if (!PyArg_ParseTuple(args, "iiiipK:_dlpack", &code, &bits, &device_type, &device_id,
+                        &versioned, &flags))
+    return NULL;
+  if (buffer_live(b) < 0) return NULL;
+  PyObject* meta = buffer_meta(b);
+  if (meta == NULL) return NULL;
+  if (!buffer_ready_ok(b)) {
+    PyErr_SetString(PyExc_BufferError, "the buffer is not ready: wait for it first");
+    return NULL;
+  }
+  const PJRT_Api* api = b->c->api;
+  PyObject* shape = PyTuple_GetItem(meta, 0);
+  Py_ssize_t ndim = PyTuple_Size(shape);
+  export_ctx* x = (export_ctx*)calloc(1, sizeof(export_ctx) + 2 * (size_t)ndim * sizeof(int64_t));
+  if (x == NULL) return PyErr_NoMemory();
+  int64_t stride = 1;
+  for (Py_ssize_t i = ndim - 1; i >= 0; --i) {
+    x->dims[i] = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
+    x->dims[ndim + i] = stride;
+    stride *= x->dims[i] > 0 ? x->dims[i] : 1;
+  }
+  PJRT_Error* error = NULL;
+  if (PJRT_PY_HAS(api, PJRT_Buffer_IncreaseExternalReferenceCount)) {
+    PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
+    inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;
+    inc.buffer = b->buf;
+    error = api->PJRT_Buffer_IncreaseExternalReferenceCount(&inc);
+    if (error != NULL) {
+      free(x);
+      return raise_pjrt(api, error);
+    }
+    x->external_ref = 1;
+  }
+  void* data = NULL;
+  if (PJRT_PY_HAS(api, PJRT_Buffer_OpaqueDeviceMemoryDataPointer)) {
+    PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args at = {0};
+    at.struct_size = PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args_STRUCT_SIZE;
+    at.buffer = b->buf;
+    error = api->PJRT_Buffer_OpaqueDeviceMemoryDataPointer(&at);
+    data = at.device_memory_ptr;
+  } else {
+    PJRT_Buffer_UnsafePointer_Args at = {0};
+    at.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
+    at.buffer = b->buf;
+    error = api->PJRT_Buffer_UnsafePointer(&at);
+    data = (void*)(uintptr_t)at.buffer_pointer;
+  }
+  if (error != NULL) {
+    if (x->external_ref) {
+      PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
+      dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
+      dec.buffer = b->buf;
+      error_destroy(api, api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
+    }
+    free(x);
+    return raise_pjrt(api, error);
+  }
+  dlp_tensor t = {0};
+  t.data = data;
+  t.device.device_type = device_type;
+  t.device.device_id = device_id;
+  t.ndim = (int32_t)ndim;
+  t.dtype.code = (uint8_t)code;
+  t.dtype.bits = (uint8_t)bits;
+  t.dtype.lanes = 1;
+  t.shape = x->dims;
+  t.strides = x->dims + ndim;
+  t.byte_offset = 0;
+  Py_INCREF(b);
+  x->owner = b;
+  b->exports++;
+  void* pointer;
+  if (versioned) {
+    x->versioned.version.major = DLP_VERSION_MAJOR;
+    x->versioned.version.minor = DLP_VERSION_MINOR;
+    x->versioned.manager_ctx = x;
+    x->versioned.deleter = export_deleter_v;
+    x->versioned.flags = (uint64_t)flags;
+    x->versioned.dl_tensor = t;
+    pointer = &x->versioned;
+  } else {
+    x->legacy.manager_ctx = x;
+    x->legacy.deleter = export_deleter;
+    x->legacy.dl_tensor = t;
+    pointer = &x->legacy;
+  }
+  PyObject* capsule =
+      PyCapsule_New(pointer, versioned ? DLP_NAME_V : DLP_NAME, export_capsule_destructor);
+  if (capsule == NULL) export_release(x);
+  return capsule;
+}
+
+static PyObject* buffer_get_exports(BufferObject* b, void* unused) {
+  (void)unused;
+  return PyLong_FromLong(b->exports);
+}
+
+/* ---- import ------------------------------------------------------------------ */
+
+typedef struct {
+  PyObject_HEAD
+  void* managed;  /* dlp_managed or dlp_managed_v, owned: its deleter runs at dealloc */
+  int versioned;
+  dlp_tensor* t;
+  uint64_t flags;
+} TensorObject;
+
+static PyTypeObject* TensorType;
+
+static void tensor_dealloc(TensorObject* self) {
+  if (self->managed != NULL) {
+    if (self->versioned) {
+      dlp_managed_v* m = (dlp_managed_v*)self->managed;
+      if (m->deleter != NULL) m->deleter(m);
+    } else {
+      dlp_managed* m = (dlp_managed*)self->managed;
+      if (m->deleter != NULL) m->deleter(m);
+    }
+  }
+  PyTypeObject* type = Py_TYPE(self);
+  PyObject_Free(self);
+  Py_DECREF(type);
+}
+
+/* dlpack_unpack(capsule) -> Tensor, taking ownership of the managed tensor. */
+static PyObject* core_dlpack_unpack(PyObject* module, PyObject* capsule) {
+  (void)module;
+  int versioned;
+  if (PyCapsule_IsValid(capsule, DLP_NAME_V)) {
+    versioned = 1;
+  } else if (PyCapsule_IsValid(capsule, DLP_NAME)) {
+    versioned = 0;
+  } else {
+    PyErr_SetString(PyExc_TypeError,
+                    "expected an unconsumed DLPack capsule ('dltensor' or 'dltensor_versioned')");
+    return NULL;
+  }
+  void* managed = PyCapsule_GetPointer(capsule, versioned ? DLP_NAME_V : DLP_NAME);
+  if (managed == NULL) return NULL;
+  dlp_tensor* t;
+  uint64_t flags = 0;
+  if (versioned) {
+    dlp_managed_v* m = (dlp_managed_v*)managed;
+    if (m->version.major != DLP_VERSION_MAJOR) {
+      /* Not ours to take: the producer's capsule destructor frees it. */
+      return PyErr_Format(PyExc_BufferError,
+                          "DLPack version %u.%u is not supported (pjrt_py reads %d.x)",
+                          (unsigned)m->version.major, (unsigned)m->version.minor,
+                          DLP_VERSION_MAJOR);
+    }
+    t = &m->dl_tensor;
+    flags = m->flags;
+  } else {
+    t = &((dlp_managed*)managed)->dl_tensor;
+  }
+  if (t->ndim < 0 || t->ndim > PJRT_PY_MAX_RANK || (t->ndim > 0 && t->shape == NULL)) {
+    return PyErr_Format(PyExc_BufferError, "DLPack tensor of rank %d is not supported (max %d)",
+                        (int)t->ndim, PJRT_PY_MAX_RANK);
+  }
+  TensorObject* self = PyObject_New(TensorObject, TensorType);
+  if (self == NULL) return NULL;
+  if (PyCapsule_SetName(capsule, versioned ? DLP_USED_V : DLP_USED) < 0) {
+    self->managed = NULL;
+    Py_DECREF(self);
+    return NULL;
+  }
+  self->managed = managed;
+  self->versioned = versioned;
+  self->t = t;
+  self->flags = flags;
+  return (PyObject*)self;
+}
+
+static PyObject* int64_tuple(const int64_t* values, int32_t n) {
+  PyObject* out = PyTuple_New(n);
+  if (out == NULL) return NULL;
+  for (int32_t i = 0; i < n; ++i) {
+    PyObject* v = PyLong_FromLongLong(values[i]);
+    if (v == NULL) {
+      Py_DECREF(out);
+      return NULL;
+    }
+    PyTuple_SetItem(out, i, v);
+  }
+  return out;
+}
+
+static PyObject* tensor_get_shape(TensorObject* self, void* unused) {
+  (void)unused;
+  return int64_tuple(self->t->shape, self->t->ndim);
+}
+
+static PyObject* tensor_get_strides(TensorObject* self, void* unused) {
+  (void)unused;
+  if (self->t->strides == NULL) Py_RETURN_NONE;
+  return int64_tuple(self->t->strides, self->t->ndim);
+}
+
+static PyObject* tensor_get_dtype(TensorObject* self, void* unused) {
+  (void)unused;
+  return Py_BuildValue("(iii)", self->t->dtype.code, self->t->dtype.bits, self->t->dtype.lanes);
+}
+
+static PyObject* tensor_get_device(TensorObject* self, void* unused) {
+  (void)unused;
+  return Py_BuildValue("(ii)", self->t->device.device_type, self->t->device.device_id);
+}
+
+static PyObject* tensor_get_data(TensorObject* self, void* unused) {
+  (void)unused;
+  return PyLong_FromVoidPtr((char*)self->t->data + self->t->byte_offset);
+}
+
+static PyObject* tensor_get_read_only(TensorObject* self, void* unused) {
+  (void)unused;
+  return PyBool_FromLong((self->flags & DLP_FLAG_READ_ONLY) != 0);
+}
+
+static PyObject* tensor_get_versioned(TensorObject* self, void* unused) {
+  (void)unused;
+  return PyBool_FromLong(self->versioned);
+}
+
+/* as_array(dtype) -> a numpy array over the tensor's memory (host devices
+ * only; the caller checked), keeping this Tensor alive as its base. */
+static PyObject* tensor_as_array(TensorObject* self, PyObject* dtype) {
+  PyArray_Descr* descr = NULL;
+  if (!PyArray_DescrConverter(dtype, &descr)) return NULL;
+  dlp_tensor* t = self->t;
+  npy_intp dims[PJRT_PY_MAX_RANK], strides[PJRT_PY_MAX_RANK];
+  npy_intp item = (npy_intp)PyDataType_ELSIZE(descr);
+  npy_intp step = item;
+  for (int i = t->ndim - 1; i >= 0; --i) {
+    dims[i] = (npy_intp)t->shape[i];
+    strides[i] = t->strides ? (npy_intp)t->strides[i] * item : step;
+    step *= dims[i] > 0 ? dims[i] : 1;
+  }
+  int flags = (self->flags & DLP_FLAG_READ_ONLY) ? 0 : NPY_ARRAY_WRITEABLE;
+  PyObject* array = PyArray_NewFromDescr(&PyArray_Type, descr, t->ndim, dims, strides,
+                                         (char*)t->data + t->byte_offset, flags, NULL);
+  if (array == NULL) return NULL;
+  Py_INCREF(self);
+  if (PyArray_SetBaseObject((PyArrayObject*)array, (PyObject*)self) < 0) {
+    Py_DECREF(array);
+    return NULL;
+  }
+  PyArray_UpdateFlags((PyArrayObject*)array, NPY_ARRAY_UPDATE_ALL);
+  return array;
+}
+
+static PyMethodDef tensor_methods[] = {
+    {"as_array", (PyCFunction)tensor_as_array, METH_O, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef tensor_getset[] = {
+    {"shape", (getter)tensor_get_shape, NULL, NULL, NULL},
+    {"strides", (getter)tensor_get_strides, NULL, "In elements; None: compact row-major.", NULL},
+    {"dtype", (getter)tensor_get_dtype, NULL, "(code, bits, lanes)", NULL},
+    {"device", (getter)tensor_get_device, NULL, "(device_type, device_id)", NULL},
+    {"data", (getter)tensor_get_data, NULL, "The address of the first element.", NULL},
+    {"read_only", (getter)tensor_get_read_only, NULL, NULL, NULL},
+    {"versioned", (getter)tensor_get_versioned, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyType_Slot tensor_slots[] = {
+    {Py_tp_doc, "A DLPack tensor pjrt_py took from a producer (internal)."},
+    {Py_tp_dealloc, tensor_dealloc},
+    {Py_tp_methods, tensor_methods},
+    {Py_tp_getset, tensor_getset},
+    {0, NULL},
+};
+
+static PyType_Spec tensor_spec = {"pjrt_py._core.DLPackTensor", sizeof(TensorObject), 0,
+                                  Py_TPFLAGS_DEFAULT, tensor_slots};
+
+/* PJRT is done with a view's memory: drop the Tensor (any thread). */
+static void view_released(void* device_buffer_ptr, void* arg) {
+  (void)device_buffer_ptr;
+  if (gate_enter()) {
+    PyGILState_STATE gil = PyGILState_Ensure();
+    Py_DECREF((PyObject*)arg);
+    PyGILState_Release(gil);
+    gate_leave();
+  }
+}
+
+/* A Buffer viewing the tensor's memory on `device` (no copy), or NULL with an
+ * exception. The caller checked dtype, alignment and layout. */
+static BufferObject* tensor_view(PyObject* client, pjrt_py_client* c, TensorObject* tensor,
+                                 int type, PJRT_Device* device, PyObject* meta, intptr_t stream) {
+  dlp_tensor* t = tensor->t;
+  PJRT_Client_CreateViewOfDeviceBuffer_Args args = {0};
+  args.struct_size = PJRT_Client_CreateViewOfDeviceBuffer_Args_STRUCT_SIZE;
+  args.client = c->client;
+  args.device_buffer_ptr = (char*)t->data + t->byte_offset;
+  args.dims = t->shape;
+  args.num_dims = (size_t)t->ndim;
+  args.element_type = (PJRT_Buffer_Type)type;
+  args.device = device;
+  args.on_delete_callback = view_released;
+  args.on_delete_callback_arg = tensor;
+  args.stream = stream; /* where the producer made the data ready (GPU), or 0 */
+  Py_INCREF(tensor); /* dropped by view_released */
+  PJRT_Error* error = c->api->PJRT_Client_CreateViewOfDeviceBuffer(&args);
+  if (error != NULL) {
+    Py_DECREF(tensor); /* no view: PJRT will not call back */
+    return (BufferObject*)raise_pjrt(c->api, error);
+  }
+  BufferObject* b = buffer_wrap(client, c, args.buffer, meta);
+  if (b == NULL) return NULL;
+  b->host_aliased = 1; /* memory the producer owns: never donated */
+  return b;
+}
