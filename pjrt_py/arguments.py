@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from . import dlpack
 from .buffer import Buffer
 from .program import ArgSpec, mismatch_message
 from .promise import BufferPromise
@@ -38,7 +39,9 @@ _PY_SCALARS = (bool, int, float, complex)
 
 
 def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
-    """A Buffer of ours, or a numpy array to transfer, for one argument."""
+    """A Buffer of ours, a numpy array to transfer, or another framework's
+    array taken through DLPack (placed once every argument passed), for one
+    argument."""
     if isinstance(arg, BufferPromise):
         arg = arg.buffer()
     if isinstance(arg, Buffer):
@@ -56,9 +59,16 @@ def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
         return np.asarray(arg)
     if isinstance(arg, (np.ndarray, np.generic)):
         return np.asarray(arg)
+    if isinstance(arg, dlpack.Foreign):  # taken by pjrt_py.jit
+        return arg
+    if dlpack.is_foreign(arg):
+        try:
+            return dlpack.Foreign(arg)
+        except (TypeError, BufferError) as e:
+            raise type(e)(f"argument {index}: {e}") from None
     raise TypeError(
-        f"argument {index}: expected a Buffer, a promise of one, or a numpy "
-        f"array/scalar, got {type(arg).__name__}"
+        f"argument {index}: expected a Buffer, a promise of one, a numpy "
+        f"array/scalar or a DLPack producer (jax, torch, ...), got {type(arg).__name__}"
     )
 
 
@@ -159,10 +169,15 @@ def checked_row(
                     f"{exe.name}: argument {i}{where} is on {r.device}, not {device} "
                     f"(copy it with copy_to_device)"
                 )
-    return [
-        r if isinstance(r, Buffer) else exe.client.buffer_async(r, device).buffer()
-        for r in resolved
-    ]
+    return [_place(exe, r, device) for r in resolved]
+
+
+def _place(exe: _Executable, r: Any, device: Device) -> Buffer:
+    if isinstance(r, Buffer):
+        return r
+    if isinstance(r, dlpack.Foreign):  # zero-copy where the memory allows
+        return dlpack.place(exe.client, r, device, None)  # type: ignore[arg-type]
+    return exe.client.buffer_async(r, device).buffer()
 
 
 def non_donatable_indices(
@@ -171,8 +186,9 @@ def non_donatable_indices(
     """Parameter indices the plugin must not donate in this call.
 
     The caller's ``non_donatable``, plus any donated parameter given a buffer
-    whose memory the host still owns (zero-copy, or staged): donating it
-    would hand host memory to the program's output.
+    whose memory the host still owns (zero-copy, staged, or a DLPack view of
+    another framework's array), or one lent to a DLPack consumer right now:
+    donating it would hand memory someone else reads to the program's output.
     """
     n = len(rows[0]) if rows else 0
     if refused is None:
@@ -188,6 +204,6 @@ def non_donatable_indices(
             raise ValueError(f"non_donatable: {i!r} is not a parameter index in [0, {n})")
         indices.add(int(i))
     for i in donated:
-        if i not in indices and any(row[i]._host_aliased for row in rows):
+        if i not in indices and any(row[i]._host_aliased or row[i]._exports for row in rows):
             indices.add(i)
     return sorted(indices)

@@ -30,6 +30,7 @@ import numpy as np
 
 from .buffer import Buffer
 from .client import default_client
+from .dlpack import Foreign, is_foreign, to_jax, to_torch
 from .executable import Executable
 from .program import ArgSpec
 from .promise import BufferPromise
@@ -65,6 +66,7 @@ def jit(
     static_argnums: int | Sequence[int] = (),
     static_argnames: str | Sequence[str] = (),
     client: Client | None = None,
+    out: str | Callable[[Buffer], Any] = "buffer",
 ) -> Any:
     """Compile ``fn`` with JAX's tracer and run it on pjrt_py.
 
@@ -78,12 +80,43 @@ def jit(
         hashable); each distinct value compiles once.
     client : Client, optional
         Where to compile and run; ``pjrt_py.default_client()`` if None.
+    out : str or callable, optional
+        What each output becomes: ``"buffer"`` (default: a pjrt_py Buffer,
+        returned at once), ``"jax"`` (a ``jax.Array``), ``"torch"`` (a
+        ``torch.Tensor``), both sharing the buffer's memory on CPU through
+        DLPack, ``"numpy"`` (a copy), or any callable taking a Buffer. All but
+        ``"buffer"`` wait for the result.
+
+    Arguments may be Buffers, numpy arrays and scalars, or other frameworks'
+    arrays (jax, torch, any DLPack producer), which are used in place on CPU
+    where their memory allows (see :mod:`pjrt_py.dlpack`).
     """
+    convert = _converter(out)
     if fn is None:
         return functools.partial(
-            jit, static_argnums=static_argnums, static_argnames=static_argnames, client=client
+            jit,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            client=client,
+            out=out,
         )
-    return Jitted(fn, static_argnums, static_argnames, client)
+    return Jitted(fn, static_argnums, static_argnames, client, convert)
+
+
+_CONVERTERS: dict[str, Callable[[Buffer], Any] | None] = {
+    "buffer": None,
+    "numpy": Buffer.to_numpy,
+    "jax": to_jax,
+    "torch": to_torch,
+}
+
+
+def _converter(out: str | Callable[[Buffer], Any]) -> Callable[[Buffer], Any] | None:
+    if callable(out):
+        return out
+    if isinstance(out, str) and out in _CONVERTERS:
+        return _CONVERTERS[out]
+    raise ValueError(f"out must be one of {sorted(_CONVERTERS)} or a callable, got {out!r}")
 
 
 class _Call(NamedTuple):
@@ -133,6 +166,7 @@ class Jitted:
         static_argnums: int | Sequence[int],
         static_argnames: str | Sequence[str],
         client: Client | None,
+        convert: Callable[[Buffer], Any] | None = None,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"jit expects a callable, got {type(fn).__name__}")
@@ -152,6 +186,7 @@ class Jitted:
         self.static_argnums = tuple(sorted(set(nums)))
         self.static_argnames = tuple(sorted(set(names)))
         self._client = client
+        self._convert = convert  # applied to each output (jit's out=)
         # signature -> (executable, output structure, whether it is one array)
         self._cache: dict[Any, tuple[Executable, Any, bool]] = {}
         self._flat: dict[Any, tuple[Executable, Any, bool]] = {}  # all-Buffer calls
@@ -201,10 +236,19 @@ class Jitted:
             elif t is BufferPromise:
                 leaves[i] = buf = x.buffer()
                 specs.append(buf._metadata())
+            elif is_foreign(x):  # jax, torch, ...: taken through DLPack
+                foreign = Foreign(x)
+                dtype = _canonical(foreign.dtype)
+                if dtype != foreign.dtype:  # as JAX would: narrowed, so copied
+                    leaves[i] = np.asarray(foreign.tensor.as_array(foreign.dtype), dtype=dtype)
+                else:
+                    leaves[i] = foreign
+                specs.append((foreign.shape, dtype))
             else:
                 raise TypeError(
                     f"pjrt_py.jit argument of type {t.__name__}: expected pjrt_py "
-                    f"Buffers, promises, numpy arrays or Python/numpy scalars"
+                    f"Buffers, promises, numpy arrays, Python/numpy scalars or DLPack "
+                    f"producers (jax, torch, ...)"
                 )
         return tuple(specs)
 
@@ -301,11 +345,15 @@ class Jitted:
                 entry = self._flat.get(tuple(metas))
                 if entry is not None:
                     exe, out_tree, single = entry
-                    buffers = exe.execute_async(*args)._buffers
+                    buffers: Sequence[Any] = exe.execute_async(*args)._buffers
+                    if self._convert is not None:
+                        buffers = [self._convert(b) for b in buffers]
                     return buffers[0] if single else _unflatten(out_tree, buffers)
         (exe, out_tree, single), leaves = self._entry(args, kwargs)
-        buffers = exe.execute_async(*leaves)._buffers
-        return buffers[0] if single else _unflatten(out_tree, buffers)
+        outputs: Sequence[Any] = exe.execute_async(*leaves)._buffers
+        if self._convert is not None:
+            outputs = [self._convert(b) for b in outputs]
+        return outputs[0] if single else _unflatten(out_tree, outputs)
 
     def cache_size(self) -> int:
         """How many signatures have been compiled."""
