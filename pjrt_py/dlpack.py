@@ -213,13 +213,28 @@ def take(x: Any) -> Any:
     return _core.dlpack_unpack(capsule)
 
 
+_CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "opaque", 4: "bfloat", 5: "complex"}
+_CODE_NAMES.update({6: "bool", 15: "float6_e2m3fn", 16: "float6_e3m2fn", 17: "float4_e2m1fn"})
+
+
+def dlpack_type_name(code: int, bits: int, lanes: int = 1) -> str:
+    """A readable name for a DLPack type (``complex32``, ``float4_e2m1fn``, ...)."""
+    name = _CODE_NAMES.get(code)
+    if name is None:
+        found = [d for (c, _), d in zip(TO_DLPACK.values(), TO_DLPACK, strict=True) if c == code]
+        name = str(found[0]) if found else f"type code {code}"
+    elif code < 6:
+        name += str(bits)
+    return name if lanes == 1 else f"{name}x{lanes}"
+
+
 def numpy_dtype(tensor: Any, source: str) -> np.dtype[Any]:
     code, bits, lanes = tensor.dtype
     dtype = FROM_DLPACK.get((code, bits))
     if dtype is None or lanes != 1:
         raise TypeError(
-            f"a {source} of DLPack type (code {code}, {bits} bits, {lanes} lanes) has no "
-            "pjrt_py dtype"
+            f"pjrt_py cannot take a {source} of dtype {dlpack_type_name(code, bits, lanes)} "
+            f"(DLPack code {code}, {bits} bits, {lanes} lanes): it has no PJRT element type"
         )
     return dtype
 
@@ -287,6 +302,17 @@ def import_dlpack(client: _Client, x: Any, device: Device | None, copy: bool | N
             return x.copy_to_device(target)
         x._metadata()  # a deleted buffer raises here
         return x
+    if isinstance(x, np.ndarray):
+        # Taken directly: numpy cannot export ml_dtypes' types (bfloat16,
+        # float8) through DLPack, and this needs no capsule.
+        aligned = x.flags.c_contiguous and x.ctypes.data % VIEW_ALIGNMENT == 0 and x.size
+        if copy is False and not aligned:
+            raise BufferError(
+                f"cannot use this {x.dtype} array without a copy (copy=False): it is not a "
+                f"{VIEW_ALIGNMENT}-byte aligned C-contiguous array"
+            )
+        zero_copy = bool(aligned) and not copy and client.platform_name == "cpu"
+        return host_to_device(client, x, device, zero_copy).buffer()
     return place(client, Foreign(x), device, copy)
 
 
@@ -307,7 +333,11 @@ def to_torch(x: Buffer | BufferPromise) -> Any:
     """A ``torch.Tensor`` sharing the buffer's memory on CPU (``torch.from_dlpack``)."""
     import torch
 
-    return torch.utils.dlpack.from_dlpack(x.buffer() if isinstance(x, BufferPromise) else x)
+    buffer = x.buffer() if isinstance(x, BufferPromise) else x
+    try:
+        return torch.utils.dlpack.from_dlpack(buffer)
+    except (BufferError, RuntimeError) as e:
+        raise TypeError(f"torch cannot take a {buffer.dtype} buffer through DLPack: {e}") from e
 
 
 def to_jax(x: Buffer | BufferPromise) -> Any:
@@ -324,11 +354,14 @@ def to_jax(x: Buffer | BufferPromise) -> Any:
 
     buffer = x.buffer() if isinstance(x, BufferPromise) else x
     fast = _jax_import()
-    if fast is not None and dlpack_device(buffer)[0] == CPU:
-        dtype = buffer.dtype
-        if jax.dtypes.canonicalize_dtype(dtype) == dtype:
-            return fast(buffer.__dlpack__(), _jax_cpu(), None, None, CPU)
-    return jnp.from_dlpack(buffer)
+    try:
+        if fast is not None and dlpack_device(buffer)[0] == CPU:
+            dtype = buffer.dtype
+            if jax.dtypes.canonicalize_dtype(dtype) == dtype:
+                return fast(buffer.__dlpack__(), _jax_cpu(), None, None, CPU)
+        return jnp.from_dlpack(buffer)
+    except (BufferError, RuntimeError) as e:
+        raise TypeError(f"jax cannot take a {buffer.dtype} buffer through DLPack: {e}") from e
 
 
 _JAX_IMPORT: list[Any] = []

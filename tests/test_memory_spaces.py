@@ -1,0 +1,113 @@
+"""Memory spaces on the real CPU plugin builds: what each reports, placing
+buffers in a memory, and copies between memories."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import ADD_F32_8, installed_build, run_python
+
+import pjrt_py
+
+# What all three CPU builds report (docs/interop.md): each device has one
+# memory of each kind, "device" first and the default.
+CPU_KINDS = ["device", "pinned_host", "unpinned_host"]
+
+
+def test_each_device_reports_its_memories(client: pjrt_py.Client) -> None:
+    for device in client.addressable_devices:
+        memories = device.memories
+        assert [m.kind for m in memories] == CPU_KINDS
+        assert device.default_memory is memories[0]
+        for m in memories:
+            assert m.devices == [device]
+            assert m.kind_id is not None
+            assert m.kind in repr(m) and m.debug_string
+        assert device.memory("pinned_host") is memories[1]
+    every = client.memories
+    assert len(every) == len(CPU_KINDS) * len(client.addressable_devices)
+    assert len({m.id for m in every}) == len(every)
+    assert {m.kind for m in every} == set(CPU_KINDS)
+
+
+@pytest.mark.parametrize("kind", CPU_KINDS)
+def test_buffers_placed_in_each_memory(client: pjrt_py.Client, kind: str) -> None:
+    x = np.arange(64, dtype=np.float32)
+    device = client.addressable_devices[1]
+    buf = client.buffer(x, device, memory=kind)
+    assert buf.memory is device.memory(kind)
+    assert buf.device == device
+    np.testing.assert_array_equal(buf.to_numpy(), x)
+    by_object = client.buffer(x, device, memory=device.memory(kind))
+    assert by_object.memory.kind == kind
+    assert client.buffer(x).memory is client.default_device.default_memory
+
+
+def test_copies_between_memories_keep_the_data(client: pjrt_py.Client) -> None:
+    x = np.random.default_rng(3).standard_normal(1000)
+    buf = client.buffer(x)
+    for src in CPU_KINDS:
+        for dst in CPU_KINDS:
+            moved = client.buffer(x, memory=src).copy_to_memory(dst)
+            assert moved.memory.kind == dst
+            np.testing.assert_array_equal(moved.to_numpy(), x)
+    promise = buf.copy_to_memory_async(client.default_device.memory("pinned_host"))
+    np.testing.assert_array_equal(promise.value().to_numpy(), x)
+    other_device = client.addressable_devices[2].memory("device")
+    moved = buf.copy_to_memory(other_device)
+    assert moved.device == client.addressable_devices[2]
+
+
+def test_host_memory_buffers_are_arguments_and_dlpack_sources(client: pjrt_py.Client) -> None:
+    exe = client.compile(ADD_F32_8)
+    pinned = client.buffer(np.arange(8, dtype=np.float32), memory="pinned_host")
+    out = exe.execute(pinned, pinned)
+    np.testing.assert_array_equal(out.to_numpy(), 2 * np.arange(8))
+    assert out.memory.kind == "device"
+    view = np.from_dlpack(pinned)
+    assert view.ctypes.data == pinned.unsafe_pointer()
+
+
+def test_bad_memories_are_refused(client: pjrt_py.Client) -> None:
+    device0, device1 = client.addressable_devices[:2]
+    x = np.ones(4, np.float32)
+    with pytest.raises(ValueError, match="no memory of kind 'hbm'"):
+        client.buffer(x, memory="hbm")
+    with pytest.raises(ValueError, match="not addressable by"):
+        client.buffer(x, device0, memory=device1.memory("device"))
+    with pytest.raises(TypeError, match="memory must be"):
+        client.buffer(x, memory=3)
+    other = pjrt_py.Client()
+    with pytest.raises(ValueError, match="another client"):
+        client.buffer(x, memory=other.default_device.memory("device"))
+    buf = client.buffer(x)
+    with pytest.raises(ValueError, match="another client"):
+        buf.copy_to_memory(other.default_device.memory("device"))
+    with pytest.raises(TypeError, match="memory must be"):
+        buf.copy_to_memory(None)
+    with pytest.raises(ValueError, match="no memory of kind"):
+        buf.copy_to_memory("hbm")
+    buf.delete()
+    with pytest.raises(ValueError, match="deleted"):
+        buf.copy_to_memory("pinned_host")
+    with pytest.raises(ValueError, match="deleted"):
+        _ = buf.memory
+
+
+@pytest.mark.parametrize("build", ["fastatomstruct-xla-cpu", "xla-cpu-pjrt", "lammps-jax-pjrt-cpu"])
+def test_every_cpu_build_offers_the_same_memories(build: str) -> None:
+    if installed_build(build) is None:
+        pytest.skip(f"the {build} plugin (in the test extra) is not installed")
+    result = run_python(
+        f"""
+        import numpy as np, pjrt_py
+        c = pjrt_py.Client({build!r})
+        d = c.addressable_devices[0]
+        print([m.kind for m in d.memories], d.default_memory.kind, len(c.memories))
+        b = c.buffer(np.ones(3), memory="unpinned_host").copy_to_memory("pinned_host")
+        print(b.memory.kind, b.to_numpy().sum())
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"{CPU_KINDS} device {3 * 4}" in result.stdout
+    assert "pinned_host 3.0" in result.stdout
