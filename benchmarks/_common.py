@@ -139,3 +139,5 @@ def print_report(report: dict[str, Any]) -> None:
         sign = "<=" if t["kind"] == "max" else ">="
         mark = "met" if t["met"] else "MISSED"
         print(f"   target {t['name']}: {t['value']:.3g} {sign} {t['limit']:g}  {mark}")
+    for note in report.get("notes", []):
+        print(f"   note: {note}")

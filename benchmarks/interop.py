@@ -351,7 +351,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         ref = row[COPY]
         for key in (k for k in row if k != "bytes"):
             seen = ("yes" if zc[key] else "**no**") if key in zc else "copy"
-            table.append([key, _size(row["bytes"]), f"{row[key]:.2f}", f"{row[key] / ref:.2f}", seen])
+            table.append(
+                [key, _size(row["bytes"]), f"{row[key]:.2f}", f"{row[key] / ref:.2f}", seen]
+            )
     rt_seen = {
         RT_NUMPY: "copy",
         RT_JAX: _yes(rt_shared["jax arguments viewed"] and rt_shared["jax result shared"]),
@@ -360,7 +362,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         RT_JAX_JIT: "-",
     }
     for name, v in trips.items():
-        table.append([f"round trip: {name}", "f32[8]", f"{v:.2f}", f"{rt_ratio[name]:.2f}", rt_seen[name]])
+        table.append(
+            [f"round trip: {name}", "f32[8]", f"{v:.2f}", f"{rt_ratio[name]:.2f}", rt_seen[name]]
+        )
     for name, v in pieces.items():
         table.append([f"piece: {name}", "f32[8]", f"{v:.2f}", f"{v / trips[RT_NUMPY]:.2f}", ""])
     return {

@@ -18,6 +18,7 @@ ORDER = (
     "small",
     "small_transfers",
     "bandwidth",
+    "interop",
     "pipeline",
     "scaling",
     "memory",
@@ -68,6 +69,8 @@ def generated_section(reports: dict[str, dict[str, Any]], plots: dict[str, str])
         if report is None:
             continue
         parts += ["", f"### {name}: {report.get('what', '')}", "", markdown_table(report["table"])]
+        if report.get("notes"):
+            parts += [""] + [f"- {note}" for note in report["notes"]]
         if name in plots:
             parts += ["", f"![{name}]({plots[name]})"]
     parts += ["", END]
@@ -96,6 +99,7 @@ def plot_all(reports: dict[str, dict[str, Any]], out_dir: Path) -> dict[str, str
     for name, draw in (
         ("small", _latency),
         ("bandwidth", _bandwidth),
+        ("interop", _interop),
         ("pipeline", _pipeline),
         ("scaling", _scaling),
         ("memory", _memory),
@@ -140,6 +144,28 @@ def _bandwidth(plt: Any, reports: dict[str, Any], bw: dict[str, Any]) -> Any:
     ax.set_ylabel("seconds per transfer")
     ax.set_title("Host <-> device copies against np.copy")
     ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig
+
+
+def _interop(plt: Any, reports: dict[str, Any], interop: dict[str, Any]) -> Any:
+    rows = interop["us_per_call"]
+    sizes = [r["bytes"] for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for key in rows[0]:
+        if key != "bytes":
+            copy = key.startswith("copy")
+            ax.loglog(
+                sizes,
+                [r[key] for r in rows],
+                marker="o",
+                linestyle="--" if copy else "-",
+                label=key,
+            )
+    ax.set_xlabel("bytes")
+    ax.set_ylabel("microseconds per call")
+    ax.set_title("DLPack exchange (solid) against copies (dashed)")
+    ax.legend(fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     return fig
 

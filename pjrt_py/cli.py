@@ -11,6 +11,7 @@ import argparse
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -52,9 +53,26 @@ def _info(_: argparse.Namespace) -> int:
             print(f"  platform {client.platform_name} ({client.platform_version})")
             for device in client.devices:
                 print(f"  {device!r}")
+            print(f"  {_memory_line(client)}")
         except Exception as exc:  # report and go on to the next plugin
             print(f"  unavailable: {type(exc).__name__}: {exc}")
     return 0
+
+
+def _memory_line(client: Any) -> str:
+    """What a build offers for memory spaces and DLPack views (docs/interop.md)."""
+    try:
+        device = client.addressable_devices[0]
+        default = device.default_memory
+        kinds = ", ".join(m.kind + (" (default)" if m is default else "") for m in device.memories)
+    except Exception as exc:  # UnsupportedError from an older plugin, and the like
+        kinds = f"not reported ({exc})"
+    views = client.plugin.supports("PJRT_Client_CreateViewOfDeviceBuffer")
+    copies = client.plugin.supports("PJRT_Buffer_CopyToMemory")
+    return (
+        f"memories per device: {kinds}; copy_to_memory: {'yes' if copies else 'no'}; "
+        f"DLPack import without copies: {'yes' if views else 'no'}"
+    )
 
 
 def _smoke_one(path: str) -> None:

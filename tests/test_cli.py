@@ -32,6 +32,12 @@ def test_info_lists_plugins_versions_and_devices() -> None:
             assert f"known wrong result: {defect}" in result.stdout
         for edge in info.edge_cases:
             assert f"differs from jax.jit (edge inputs, ulps): {edge}" in result.stdout
+    # Memory spaces and DLPack views: the same on every CPU build (docs/interop.md).
+    memories = (
+        "memories per device: device (default), pinned_host, unpinned_host; "
+        "copy_to_memory: yes; DLPack import without copies: yes"
+    )
+    assert result.stdout.count(memories) == len(pjrt_py_lib.plugins())
 
 
 def test_smoke_runs_every_plugin() -> None:
