@@ -101,6 +101,17 @@ def test_a_versioned_view_is_read_only(client: pjrt_py.Client) -> None:
     np.testing.assert_array_equal(buf.to_numpy(), 1)
 
 
+def test_torch_ignores_the_read_only_flag(client: pjrt_py.Client) -> None:
+    # The documented hazard (docs/interop.md): a consumer can write into a buffer.
+    buf = client.buffer(np.zeros(4, np.float32))
+    view = torch.from_dlpack(buf)
+    view[0] = 5
+    assert buf.to_numpy()[0] == 5
+    private = torch.from_dlpack(buf.__dlpack__(copy=True))  # the way out (docs/interop.md)
+    private[1] = 7
+    assert buf.to_numpy()[1] == 0
+
+
 def test_copy_true_lends_fresh_memory(client: pjrt_py.Client) -> None:
     buf = client.buffer(np.arange(8, dtype=np.int32))
     y = np.from_dlpack(buf, copy=True)
