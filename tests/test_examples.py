@@ -71,7 +71,8 @@ def test_async_doc_code_block_runs(index: int) -> None:
 
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # jax's, from other tests
 @pytest.mark.parametrize(
-    ("doc", "min_blocks"), [(AOT_DOC, 6), (DEVICES_DOC, 4), (EFFECTS_DOC, 3), (LIFETIMES_DOC, 5), (INTEROP_DOC, 10)]
+    ("doc", "min_blocks"),
+    [(AOT_DOC, 6), (DEVICES_DOC, 4), (EFFECTS_DOC, 3), (LIFETIMES_DOC, 5), (INTEROP_DOC, 10)],
 )
 def test_walk_through_doc_runs_top_to_bottom(doc: Path, min_blocks: int) -> None:
     # These pages are walk-throughs: later blocks use what earlier ones made.
