@@ -93,6 +93,8 @@ P_TO_JAX = "pjrt_py.to_jax(out)"
 P_BUFFER = "client.buffer(nx)"
 P_EXEC_NUMPY = "execute(nx, ny)"
 P_TO_NUMPY = "out.to_numpy()"
+P_TO_JAX_FRESH = "pjrt_py.to_jax(execute(bx, by))"
+P_TO_NUMPY_FRESH = "execute(bx, by).to_numpy()"
 P_IMPORT_NUMPY = "client.from_dlpack(aligned nx)"
 P_EXEC_NUMPY_VIEWS = "execute(from_dlpack(aligned nx), ...)"
 
@@ -252,6 +254,8 @@ def round_trip(
         P_BUFFER: loop(lambda: buffer(nx)),
         P_EXEC_NUMPY: loop(lambda: execute(nx, ny)),
         P_TO_NUMPY: loop(out.to_numpy),
+        P_TO_JAX_FRESH: loop(lambda: to_jax(execute(bx, by))),
+        P_TO_NUMPY_FRESH: loop(lambda: execute(bx, by).to_numpy()),
         P_IMPORT_NUMPY: loop(lambda: from_dlpack(ax)),
         P_EXEC_NUMPY_VIEWS: loop(lambda: execute(from_dlpack(ax), from_dlpack(ay))),
     }
@@ -263,62 +267,74 @@ def round_trip(
     return trips, pieces, shared
 
 
-def breakdown(trips: dict[str, float], pieces: dict[str, float]) -> dict[str, float]:
-    """The jax and numpy round trips split into their parts, in us (each part
-    a measured piece or the difference of two; differences of medians on a
-    busy machine can come out a little negative)."""
+def breakdown(trips: dict[str, float], pieces: dict[str, float]) -> dict[str, dict[str, float]]:
+    """The jax and the numpy round trip split into parts that add up to it, in
+    us: each part a timed piece or the difference of two (on a busy machine
+    a difference of medians can come out a little negative)."""
     p = pieces
     jax_export = p[P_JAX_DLPACK] + p[P_JAX_DEVICE]
+    to_jax_fresh = p[P_TO_JAX_FRESH] - trips[RT_BUFFERS]  # to_jax of a new result
+    to_numpy_fresh = p[P_TO_NUMPY_FRESH] - trips[RT_BUFFERS]
     return {
-        "jax: 2x jax's __dlpack__ + __dlpack_device__": 2 * jax_export,
-        "jax: 2x pjrt_py's import (view made and released)": 2 * (p[P_IMPORT_JAX] - jax_export),
-        "jax: execute on the views": p[P_EXEC_VIEWS],
-        "jax: releasing two views an execution used, beyond releasing unused ones": (
-            p[P_EXEC_FRESH] - 2 * p[P_IMPORT_JAX] - p[P_EXEC_VIEWS]
-        ),
-        "jax: execute's own argument path, beyond from_dlpack": p[P_EXEC_JAX] - p[P_EXEC_FRESH],
-        "jax: pjrt_py's export (__dlpack__)": p[P_EXPORT],
-        "jax: jax's import (to_jax beyond __dlpack__)": p[P_TO_JAX] - p[P_EXPORT],
-        "jax: rest of the round trip (timed whole, not in pieces)": (
-            trips[RT_JAX] - p[P_EXEC_JAX] - p[P_TO_JAX]
-        ),
-        "numpy: 2x client.buffer(nx)": 2 * p[P_BUFFER],
-        "numpy: execute on Buffers": trips[RT_BUFFERS],
-        "numpy: execute(nx, ny) beyond 2x buffer + execute on Buffers": (
-            p[P_EXEC_NUMPY] - 2 * p[P_BUFFER] - trips[RT_BUFFERS]
-        ),
-        "numpy: to_numpy": p[P_TO_NUMPY],
-        "numpy: rest of the round trip (timed whole, not in pieces)": (
-            trips[RT_NUMPY] - p[P_EXEC_NUMPY] - p[P_TO_NUMPY]
-        ),
+        "jax": {
+            "jax's __dlpack__ + __dlpack_device__, 2 arguments": 2 * jax_export,
+            "pjrt_py's import beyond them (view made and released), 2 arguments": 2
+            * (p[P_IMPORT_JAX] - jax_export),
+            "execute on the views": p[P_EXEC_VIEWS],
+            "releasing views an execution used, beyond unused ones": (
+                p[P_EXEC_FRESH] - 2 * p[P_IMPORT_JAX] - p[P_EXEC_VIEWS]
+            ),
+            "execute's argument path, beyond calling from_dlpack": (
+                p[P_EXEC_JAX] - p[P_EXEC_FRESH]
+            ),
+            "pjrt_py's export (out.__dlpack__)": p[P_EXPORT],
+            "jax's import (to_jax of a held result, beyond __dlpack__)": p[P_TO_JAX] - p[P_EXPORT],
+            "to_jax of a new result, beyond a held one": to_jax_fresh - p[P_TO_JAX],
+            "to_jax after execute on jax arguments, beyond after Buffers": (
+                trips[RT_JAX] - p[P_EXEC_JAX] - to_jax_fresh
+            ),
+        },
+        "numpy": {
+            "client.buffer, 2 arguments": 2 * p[P_BUFFER],
+            "execute on the Buffers": trips[RT_BUFFERS],
+            "execute's argument path, beyond calling client.buffer": (
+                p[P_EXEC_NUMPY] - 2 * p[P_BUFFER] - trips[RT_BUFFERS]
+            ),
+            "to_numpy of a held result": p[P_TO_NUMPY],
+            "to_numpy of a new result, beyond a held one": to_numpy_fresh - p[P_TO_NUMPY],
+            "to_numpy after execute on numpy arguments, beyond after Buffers": (
+                trips[RT_NUMPY] - p[P_EXEC_NUMPY] - to_numpy_fresh
+            ),
+        },
     }
 
 
 def notes(
-    trips: dict[str, float], pieces: dict[str, float], parts: dict[str, float], met: bool
+    trips: dict[str, float],
+    pieces: dict[str, float],
+    parts: dict[str, dict[str, float]],
+    met: bool,
 ) -> list[str]:
+    """What the round-trip target measured, and where the jax round trip's time goes."""
     p = pieces
     ratio = trips[RT_JAX] / trips[RT_NUMPY]
-    verdict = "met" if met else "missed"
-    said = [
+
+    def split(framework: str) -> str:
+        return "; ".join(f"{part} {us:.1f}" for part, us in parts[framework].items())
+
+    return [
         f"Round trip f32[8]: jax {trips[RT_JAX]:.1f} us, numpy {trips[RT_NUMPY]:.1f} us: "
-        f"{ratio:.2f}x, the {ROUND_TRIP_LIMIT:g}x target {verdict}. On Buffers already on the "
-        f"device the add costs {trips[RT_BUFFERS]:.1f} us; jax.jit of it "
+        f"{ratio:.2f}x, the {ROUND_TRIP_LIMIT:g}x target {'met' if met else 'missed'}. The add "
+        f"on Buffers already on the device: {trips[RT_BUFFERS]:.1f} us; jax.jit of it: "
         f"{trips[RT_JAX_JIT]:.1f} us.",
-        f"Where the jax round trip goes: {P_EXEC_JAX} {p[P_EXEC_JAX]:.1f} us and "
-        f"{P_TO_JAX} {p[P_TO_JAX]:.1f} us. "
-        + "; ".join(f"{k[5:]} {v:.1f}" for k, v in parts.items() if k.startswith("jax: "))
-        + " (us).",
-        f"The numpy round trip: {P_EXEC_NUMPY} {p[P_EXEC_NUMPY]:.1f} us and {P_TO_NUMPY} "
-        f"{p[P_TO_NUMPY]:.1f} us. "
-        + "; ".join(f"{k[7:]} {v:.1f}" for k, v in parts.items() if k.startswith("numpy: "))
-        + " (us).",
-        f"For comparison, numpy views instead of jax's: {P_IMPORT_NUMPY} "
-        f"{p[P_IMPORT_NUMPY]:.1f} us against {P_IMPORT_JAX} {p[P_IMPORT_JAX]:.1f} us; "
-        f"executing on two fresh views {p[P_EXEC_NUMPY_VIEWS]:.1f} us (numpy) against "
-        f"{p[P_EXEC_FRESH]:.1f} us (jax).",
+        f"Where the jax round trip goes (us): {split('jax')}. "
+        f"Together: {sum(parts['jax'].values()):.1f}.",
+        f"The numpy round trip (us): {split('numpy')}. "
+        f"Together: {sum(parts['numpy'].values()):.1f}.",
+        f"Views of numpy arrays instead of jax arrays: {P_IMPORT_NUMPY} {p[P_IMPORT_NUMPY]:.1f} "
+        f"us against {P_IMPORT_JAX} {p[P_IMPORT_JAX]:.1f} us; execute on two new views "
+        f"{p[P_EXEC_NUMPY_VIEWS]:.1f} us against {p[P_EXEC_FRESH]:.1f} us.",
     ]
-    return said
 
 
 def run(quick: bool = False) -> dict[str, Any]:

@@ -192,6 +192,16 @@ class Foreign:
         self.tensor = take(x)
         self.shape: tuple[int, ...] = tuple(self.tensor.shape)
         self.dtype = numpy_dtype(self.tensor, self.source)
+        # What the plugin would abort on, from a producer that got it wrong.
+        size = 1
+        for d in self.shape:
+            if d < 0:
+                raise BufferError(f"a {self.source} with a negative dimension: {self.shape}")
+            size *= d
+        if size * self.dtype.itemsize >= 1 << 62:
+            raise BufferError(f"a {self.source} of shape {self.shape} is too large to address")
+        if size and not self.tensor.data:
+            raise BufferError(f"a {self.source} of shape {self.shape} with no data (NULL)")
 
 
 def take(x: Any) -> Any:

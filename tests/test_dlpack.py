@@ -466,3 +466,18 @@ def test_jit_narrows_64_bit_foreign_arrays_like_jax(client: pjrt_py.Client) -> N
 def test_is_foreign_leaves_numpy_and_buffers_alone(client: pjrt_py.Client) -> None:
     assert dlpack.is_foreign(torch.ones(1)) and dlpack.is_foreign(jnp.ones(1))
     assert not dlpack.is_foreign(np.ones(1)) and not dlpack.is_foreign(client.buffer(1.0))
+
+
+def test_a_pending_jax_result_is_read_when_ready(client: pjrt_py.Client) -> None:
+    @jax.jit
+    def chain(x):  # type: ignore[no-untyped-def]
+        for _ in range(6):
+            x = jnp.tanh(x @ x)
+        return x
+
+    x = jnp.asarray(np.random.default_rng(2).standard_normal((600, 600)).astype(np.float32) / 30)
+    expected = np.asarray(chain(x))
+    pending = chain(x)  # jax dispatches asynchronously
+    exe = client.compile(ADD_F32_8.replace("8xf32", "600x600xf32"))
+    out = exe.execute(pending, pending)  # jax's __dlpack__ waits for its result
+    np.testing.assert_array_equal(out.to_numpy(), expected * 2)

@@ -1,0 +1,128 @@
+"""Malformed DLPack tensors, as a buggy producer could hand over: each gets a
+clear exception before the plugin sees it, and its deleter still runs once."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+
+import numpy as np
+import pytest
+
+import pjrt_py
+
+
+class Version(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("code", ctypes.c_uint8),
+        ("bits", ctypes.c_uint8),
+        ("lanes", ctypes.c_uint16),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class Managed(ctypes.Structure):  # DLManagedTensorVersioned
+    _fields_ = [
+        ("version", Version),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", DELETER),
+        ("flags", ctypes.c_uint64),
+        ("tensor", Tensor),
+    ]
+
+
+_new_capsule = ctypes.pythonapi.PyCapsule_New
+_new_capsule.restype = ctypes.py_object
+_new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class Producer:
+    """A DLPack producer whose tensor says whatever a test wants."""
+
+    def __init__(self, shape, code=2, bits=32, lanes=1, data=True, device=1, major=1):  # type: ignore[no-untyped-def]
+        self.deleted = 0
+        self.memory = pjrt_py.aligned_empty(1024, np.uint8)
+        self.shape = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        m = Managed()
+        m.version = Version(major, 1)
+        m.tensor.data = self.memory.ctypes.data if data else None
+        m.tensor.device_type, m.tensor.device_id = device, 0
+        m.tensor.ndim = len(shape)
+        m.tensor.code, m.tensor.bits, m.tensor.lanes = code, bits, lanes
+        m.tensor.shape = self.shape
+        self._deleter = DELETER(self._delete)  # kept alive with the producer
+        m.deleter = self._deleter
+        self.managed = m
+
+    def _delete(self, _: int) -> None:
+        self.deleted += 1
+
+    def __dlpack__(self, **_: object) -> object:
+        return _new_capsule(ctypes.addressof(self.managed), b"dltensor_versioned", None)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (self.managed.tensor.device_type, 0)
+
+
+@pytest.mark.parametrize(
+    ("producer", "error", "match"),
+    [
+        (lambda: Producer((4, -2)), BufferError, "negative dimension"),
+        (lambda: Producer((1 << 40, 1 << 30)), BufferError, "too large"),
+        (lambda: Producer((4,), code=2, bits=24), TypeError, "float24"),
+        (lambda: Producer((4,), lanes=4), TypeError, "lanes"),
+        (lambda: Producer((4,), code=17, bits=4), TypeError, "float4_e2m1fn"),
+        (lambda: Producer((4,), data=False), BufferError, "NULL"),
+        (lambda: Producer((4,), device=2), BufferError, "device type 2"),
+    ],
+)
+def test_malformed_tensors_are_refused_and_released(
+    client: pjrt_py.Client,
+    producer,
+    error,
+    match,  # type: ignore[no-untyped-def]
+) -> None:
+    p = producer()
+    with pytest.raises(error, match=match):
+        client.from_dlpack(p)
+    gc.collect()
+    assert p.deleted == 1  # taken, then released exactly once
+
+
+def test_an_unknown_major_version_is_not_taken(client: pjrt_py.Client) -> None:
+    p = Producer((4,), major=2)
+    with pytest.raises(BufferError, match="version 2.1"):
+        client.from_dlpack(p)
+    gc.collect()
+    assert p.deleted == 0  # not ours: the producer's capsule keeps it
+
+
+def test_rank_past_64_is_refused(client: pjrt_py.Client) -> None:
+    p = Producer((1,) * 65)
+    with pytest.raises(BufferError, match="rank 65"):
+        client.from_dlpack(p)
+
+
+def test_a_well_formed_foreign_tensor_is_viewed(client: pjrt_py.Client) -> None:
+    p = Producer((16, 16))
+    p.memory.view(np.float32)[:] = 2
+    buf = client.from_dlpack(p)
+    assert buf.unsafe_pointer() == p.memory.ctypes.data
+    assert buf.to_numpy().sum() == 512
+    assert p.deleted == 0
+    del buf
+    gc.collect()
+    assert p.deleted == 1
