@@ -23,6 +23,7 @@
 #include "callbacks.c"
 #include "promise_types.c"
 #include "loaded.c"
+#include "foreign.c"
 #include "executable.c"
 #include "client.c"
 
@@ -98,6 +99,7 @@ static PyMethodDef core_functions[] = {
     {"set_hooks", (PyCFunction)(void (*)(void))core_set_hooks, METH_VARARGS | METH_KEYWORDS,
      NULL},
     {"generation", core_generation, METH_NOARGS, NULL},
+    {"set_dlpack_codes", core_set_dlpack_codes, METH_O, NULL},
     {"dlpack_unpack", core_dlpack_unpack, METH_O,
      "dlpack_unpack(capsule) -> DLPackTensor, taking the producer's tensor."},
     {"live_clients", core_live_clients, METH_NOARGS, NULL},

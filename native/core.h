@@ -148,6 +148,7 @@ typedef struct {
   PyObject* out_metas;  /* tuple of output metas, or NULL if unknown */
   Py_ssize_t num_outputs;
   int num_devices;
+  PJRT_Device* device; /* the one device of a one-device program, or NULL */
   int blocked; /* every call takes the Python path (see executable.c) */
 } ExecutableCoreObject;
 

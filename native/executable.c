@@ -3,9 +3,10 @@
  *
  * The fast path runs a call from its arguments to the returned promise in C:
  * every argument a live Buffer (or a one-buffer BufferPromise) of this client
- * whose interned (shape, dtype) is the one compiled for, no keywords, a
- * one-device program that donates nothing. Anything else goes to the Python
- * method _execute_async_slow, which checks, transfers and explains.
+ * whose interned (shape, dtype) is the one compiled for, or on CPU another
+ * framework's array viewed in place (foreign.c); no keywords, a one-device
+ * program that donates nothing. Anything else goes to the Python method
+ * _execute_async_slow, which checks, transfers and explains.
  *
  * During the call the arguments are pinned and the Loaded object held, so a
  * delete() from another thread cannot free what PJRT is reading; the GIL is
@@ -192,12 +193,34 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
     return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
   }
   BufferObject* buffers[PJRT_PY_STACK_ARGS];
+  BufferObject* views[PJRT_PY_STACK_ARGS]; /* foreign arguments' views, owned here */
+  Py_ssize_t n_views = 0;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
-    buffers[i] = fast_argument(args[i], loaded->c, PyTuple_GetItem(expect, i));
-    if (buffers[i] == NULL) return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
+    PyObject* meta = PyTuple_GetItem(expect, i);
+    buffers[i] = fast_argument(args[i], loaded->c, meta);
+    if (buffers[i] == NULL) {
+      buffers[i] = foreign_argument(args[i], self->client, loaded->c, self->device, meta);
+      if (buffers[i] != NULL) views[n_views++] = buffers[i];
+    }
+    /* Python may have run (a producer's __dlpack__): check again before the call. */
+    if (buffers[i] == NULL || (n_views && state_check_usable(loaded->c, "executable") < 0) ||
+        self->loaded != loaded) {
+      PyErr_Clear();
+      for (Py_ssize_t v = 0; v < n_views; ++v) Py_DECREF(views[v]);
+      return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
+    }
+  }
+  if (n_views) { /* a producer's code ran: the Buffers must still be live */
+    for (Py_ssize_t i = 0; i < nargs; ++i) {
+      if (buffers[i]->state != BUF_LIVE || buffers[i]->buf == NULL) {
+        for (Py_ssize_t v = 0; v < n_views; ++v) Py_DECREF(views[v]);
+        return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
+      }
+    }
   }
   PyObject* promise = NULL;
   run_pinned(self, buffers, 1, (size_t)nargs, NULL, 0, &promise, true);
+  for (Py_ssize_t v = 0; v < n_views; ++v) Py_DECREF(views[v]);
   return promise;
 }
 
@@ -260,14 +283,17 @@ done:
   return result;
 }
 
-/* _attach(loaded, client, expect, out_metas, num_outputs, num_devices, blocked) */
+/* _attach(loaded, client, expect, out_metas, num_outputs, num_devices, blocked,
+ *         device=None): device, the address of a one-device program's device. */
 static PyObject* executable_attach(ExecutableCoreObject* self, PyObject* args) {
-  PyObject *loaded, *client, *expect, *out_metas;
+  PyObject *loaded, *client, *expect, *out_metas, *device = Py_None;
   Py_ssize_t num_outputs;
   int num_devices, blocked;
-  if (!PyArg_ParseTuple(args, "O!OOOnip:_attach", LoadedType, &loaded, &client, &expect,
-                        &out_metas, &num_outputs, &num_devices, &blocked))
+  if (!PyArg_ParseTuple(args, "O!OOOnip|O:_attach", LoadedType, &loaded, &client, &expect,
+                        &out_metas, &num_outputs, &num_devices, &blocked, &device))
     return NULL;
+  self->device = device == Py_None ? NULL : (PJRT_Device*)PyLong_AsVoidPtr(device);
+  if (PyErr_Occurred()) return NULL;
   if ((expect != Py_None && !PyTuple_Check(expect)) ||
       (out_metas != Py_None && !PyTuple_Check(out_metas))) {
     PyErr_SetString(PyExc_TypeError, "_attach: expect and out_metas are tuples or None");

@@ -332,6 +332,8 @@ def is_foreign(x: Any) -> bool:
 
 
 _core.set_hooks(dlpack=export, dlpack_device=dlpack_device)
+# The dispatch fast path views foreign arguments itself (native/foreign.c).
+_core.set_dlpack_codes([(pjrt_type(d), code, bits) for d, (code, bits) in TO_DLPACK.items()])
 
 __all__ = ["Foreign", "dlpack_device", "export", "import_dlpack", "is_foreign", "place", "take"]
 

@@ -71,6 +71,7 @@ class Executable(_core.ExecutableCore):
             program.num_outputs,
             len(program.devices),
             blocked,
+            program.devices[0]._addr if len(program.devices) == 1 else None,
         )
 
     # -- what the program is ----------------------------------------------

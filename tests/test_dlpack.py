@@ -481,3 +481,54 @@ def test_a_pending_jax_result_is_read_when_ready(client: pjrt_py.Client) -> None
     exe = client.compile(ADD_F32_8.replace("8xf32", "600x600xf32"))
     out = exe.execute(pending, pending)  # jax's __dlpack__ waits for its result
     np.testing.assert_array_equal(out.to_numpy(), expected * 2)
+
+
+# ---- foreign arguments on the native dispatch path -----------------------------------
+
+
+def test_aligned_foreign_arguments_take_the_native_path(
+    client: pjrt_py.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    device = client.addressable_devices[2]
+    exe = client.compile(ADD_F32_8, device=device)
+    x, t = jnp.arange(8, dtype=jnp.float32), torch.full((8,), 2.0)
+    b = client.buffer(np.ones(8, np.float32), device)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("took the Python path")
+
+    monkeypatch.setattr(pjrt_py.Executable, "_execute_async_slow", refuse)
+    out = exe.execute_async(x, t).value()
+    np.testing.assert_array_equal(out.to_numpy(), np.arange(8) + 2)
+    assert out.device == device
+    np.testing.assert_array_equal(exe.execute_async(b, t).value().to_numpy(), 3)
+    with pytest.raises(AssertionError, match="Python path"):
+        exe.execute_async(t, torch.ones(9))  # a wrong shape goes to Python, which explains
+
+
+class Saboteur:
+    """A DLPack producer whose __dlpack__ runs arbitrary code first."""
+
+    def __init__(self, action) -> None:  # type: ignore[no-untyped-def]
+        self.action = action
+        self.tensor = torch.ones(8)
+
+    def __dlpack__(self, **kwargs: object) -> object:
+        self.action()
+        return self.tensor.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+def test_a_producer_that_deletes_or_closes_mid_call_gets_errors_not_crashes() -> None:
+    client = pjrt_py.Client()
+    exe = client.compile(ADD_F32_8)
+    victim = client.buffer(np.ones(8, np.float32))
+    with pytest.raises(ValueError, match="deleted"):
+        exe.execute_async(victim, Saboteur(victim.delete))
+    with pytest.raises(ValueError, match="deleted"):
+        exe.execute_async(torch.ones(8), Saboteur(exe.delete))
+    other = client.compile(ADD_F32_8)
+    with pytest.raises(ValueError, match="closed"):
+        other.execute_async(torch.ones(8), Saboteur(client.close))

@@ -1,0 +1,91 @@
+/* Foreign arguments on the dispatch fast path: another framework's array
+ * (jax, torch, any DLPack producer other than numpy) viewed in place.
+ *
+ * On a CPU client, an argument that is not a Buffer is asked for a DLPack
+ * tensor; one that matches the compiled (shape, dtype) exactly, lies in host
+ * memory, is compact row-major and 64-byte aligned becomes a view (the same
+ * one pjrt_py.dlpack makes). Anything else, or any error, sends the whole
+ * call to the Python path, which takes the tensor again and explains. */
+
+static int g_dl_code[PJRT_PY_MAX_TYPES]; /* PJRT type -> code << 8 | bits; 0 unknown */
+static PyObject* g_dlpack_name;          /* "__dlpack__" */
+static PyObject* g_dlpack_kwargs;        /* {"max_version": (1, 1)} */
+static PyObject* g_empty_tuple;
+
+/* set_dlpack_codes([(PJRT type, DLPack code, bits), ...]) */
+static PyObject* core_set_dlpack_codes(PyObject* self, PyObject* rows) {
+  (void)self;
+  PyObject* seq = PySequence_Tuple(rows);
+  if (seq == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < PyTuple_Size(seq); ++i) {
+    int type, code, bits;
+    if (!PyArg_ParseTuple(PyTuple_GetItem(seq, i), "iii", &type, &code, &bits)) break;
+    if (type < 0 || type >= PJRT_PY_MAX_TYPES) {
+      PyErr_SetString(PyExc_ValueError, "set_dlpack_codes: bad PJRT type");
+      break;
+    }
+    g_dl_code[type] = (code << 8) | bits;
+  }
+  Py_DECREF(seq);
+  if (PyErr_Occurred()) return NULL;
+  if (g_dlpack_name == NULL) {
+    g_dlpack_name = PyUnicode_InternFromString("__dlpack__");
+    g_empty_tuple = PyTuple_New(0);
+    g_dlpack_kwargs = Py_BuildValue("{s:(ii)}", "max_version", DLP_VERSION_MAJOR,
+                                    DLP_VERSION_MINOR);
+    if (!g_dlpack_name || !g_empty_tuple || !g_dlpack_kwargs) return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+/* Whether t can be viewed as `expect` (an interned meta) on a CPU client. */
+static int foreign_matches(const dlp_tensor* t, PyObject* expect, int* type) {
+  PyObject* shape = PyTuple_GetItem(expect, 0);
+  PyArray_Descr* descr = (PyArray_Descr*)PyTuple_GetItem(expect, 1);
+  *type = pjrt_type_of(descr);
+  if (*type < 0 || g_dl_code[*type] == 0 || t->dtype.lanes != 1 ||
+      ((t->dtype.code << 8) | t->dtype.bits) != g_dl_code[*type])
+    return 0;
+  if (t->device.device_type != 1 || t->ndim != PyTuple_Size(shape)) return 0;
+  const char* data = (const char*)t->data + t->byte_offset;
+  if (t->data == NULL || ((uintptr_t)data & 63) != 0) return 0;
+  int64_t step = 1;
+  for (int i = t->ndim - 1; i >= 0; --i) {
+    int64_t d = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
+    if (d != t->shape[i] || d <= 0) return 0; /* an empty array takes the Python path */
+    if (t->strides != NULL && d != 1 && t->strides[i] != step) return 0;
+    step *= d;
+  }
+  return 1;
+}
+
+/* A view of a foreign argument, as a new Buffer; NULL (no exception) when the
+ * argument is not one the fast path takes. */
+static BufferObject* foreign_argument(PyObject* arg, PyObject* client, pjrt_py_client* c,
+                                      PJRT_Device* device, PyObject* expect) {
+  if (!c->cpu || device == NULL || g_dlpack_name == NULL || PyArray_Check(arg) ||
+      PyArray_IsScalar(arg, Generic) || Py_TYPE(arg) == BufferType ||
+      !PJRT_PY_HAS(c->api, PJRT_Client_CreateViewOfDeviceBuffer))
+    return NULL;
+  PyObject* method = PyObject_GetAttr(arg, g_dlpack_name);
+  if (method == NULL) {
+    PyErr_Clear();
+    return NULL;
+  }
+  PyObject* capsule = PyObject_Call(method, g_empty_tuple, g_dlpack_kwargs);
+  Py_DECREF(method);
+  TensorObject* tensor = capsule ? (TensorObject*)core_dlpack_unpack(NULL, capsule) : NULL;
+  Py_XDECREF(capsule);
+  if (tensor == NULL) {
+    PyErr_Clear();
+    return NULL;
+  }
+  int type;
+  BufferObject* b = NULL;
+  if (foreign_matches(tensor->t, expect, &type)) {
+    b = tensor_view(client, c, tensor, type, device, expect, 0);
+    if (b == NULL) PyErr_Clear();
+  }
+  Py_DECREF(tensor); /* a view holds its own reference */
+  return b;
+}
