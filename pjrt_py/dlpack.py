@@ -211,15 +211,12 @@ def take(x: Any) -> Any:
     method = getattr(x, "__dlpack__", None)
     if method is None:
         raise TypeError(f"{type(x).__name__} is not a DLPack producer (it has no __dlpack__)")
-    kind = None
-    with_device = getattr(x, "__dlpack_device__", None)
-    if with_device is not None:
-        kind = with_device()[0]
-    stream = 1 if kind == CUDA else None  # the legacy default stream, also given to PJRT
+    # No stream: on CUDA that means the legacy default stream (the array API's
+    # rule), which place() gives PJRT too; on the host there is none.
     try:
-        capsule = method(stream=stream, max_version=VERSION)
+        capsule = method(max_version=VERSION)
     except TypeError:  # a producer older than DLPack 1.0 takes no max_version
-        capsule = method(stream=stream)
+        capsule = method()
     return _core.dlpack_unpack(capsule)
 
 

@@ -126,3 +126,31 @@ def test_a_well_formed_foreign_tensor_is_viewed(client: pjrt_py.Client) -> None:
     del buf
     gc.collect()
     assert p.deleted == 1
+
+
+class Legacy:
+    """A producer from before DLPack 1.0: __dlpack__ takes only ``stream``."""
+
+    def __init__(self) -> None:
+        self.tensor = np.arange(16, dtype=np.float32)
+
+    def __dlpack__(self, stream: object = None) -> object:
+        return self.tensor.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+def test_a_producer_older_than_dlpack_1_is_still_taken(client: pjrt_py.Client) -> None:
+    buf = client.from_dlpack(Legacy())
+    np.testing.assert_array_equal(buf.to_numpy(), np.arange(16))
+    add = client.compile(ADD_F32_16)
+    np.testing.assert_array_equal(add.execute(Legacy(), Legacy()).to_numpy(), 2 * np.arange(16))
+
+
+ADD_F32_16 = """
+func.func @main(%x: tensor<16xf32>, %y: tensor<16xf32>) -> tensor<16xf32> {
+  %0 = stablehlo.add %x, %y : tensor<16xf32>
+  return %0 : tensor<16xf32>
+}
+"""
