@@ -14,7 +14,10 @@ through a pjrt_py execution, next to the same round trip with numpy.
   pjrt_py's copying transfers ``client.buffer(x)`` and ``buf.to_numpy()``.
 
 Every exported array and imported Buffer is dropped inside the timed loop, so
-each call pays its release too and nothing accumulates. At every size the
+each call pays its release too and nothing accumulates. The exchanges take
+turns with each other and the copies with each other, in separate rounds at
+each size: a large copy leaves work behind it (freeing, faulting in pages)
+that would fall on whichever exchange came next. At every size the
 result of each exchange is checked once to share the producer's memory (its
 data pointer against ``buf.unsafe_pointer()``); the report records it.
 Zero-copy exchange should not grow with size: the targets compare the largest
@@ -35,6 +38,7 @@ its time goes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -72,7 +76,6 @@ EXCHANGES = {
     **{("export", fw): key for fw, key in EXPORT.items()},
     **{("import", fw): key for fw, key in IMPORT.items()},
 }
-ZERO_COPY = [EXPORT["numpy"], EXPORT["jax"], EXPORT_JNP, EXPORT["torch"], *IMPORT.values()]
 
 # The round trips of an f32[8] add; the first is the reference.
 RT_NUMPY = "numpy -> execute -> to_numpy"
@@ -83,7 +86,6 @@ RT_JAX_JIT = "jax.jit (jax's own)"
 
 # The pieces they are made of (each timed alone, everything dropped per call).
 P_JAX_DLPACK = "jx.__dlpack__() (jax's export)"
-P_JAX_DEVICE = "jx.__dlpack_device__()"
 P_IMPORT_JAX = "client.from_dlpack(jx)"
 P_EXEC_VIEWS = "execute on two held jax views"
 P_EXEC_FRESH = "execute(from_dlpack(jx), from_dlpack(jy))"
@@ -97,6 +99,30 @@ P_TO_JAX_FRESH = "pjrt_py.to_jax(execute(bx, by))"
 P_TO_NUMPY_FRESH = "execute(bx, by).to_numpy()"
 P_IMPORT_NUMPY = "client.from_dlpack(aligned nx)"
 P_EXEC_NUMPY_VIEWS = "execute(from_dlpack(aligned nx), ...)"
+
+
+def _loop(fn: Callable[[], Any]) -> Callable[[int], None]:
+    """A timer making k calls of ``fn``. Each call's result is dropped at once
+    (an expression statement), so every call pays for releasing what it made."""
+
+    def timed(k: int) -> None:
+        for _ in range(k):
+            fn()
+
+    return timed
+
+
+def _rounds(timers: dict[str, Callable[[int], None]], calls: int, repeats: int) -> dict[str, float]:
+    """Median microseconds per call of each timer (``calls`` calls per sample),
+    after a warm-up; the timers take turns within every round, so every one
+    sees the same machine state."""
+    for fn in timers.values():
+        fn(calls)
+    samples: dict[str, list[float]] = {name: [] for name in timers}
+    for _ in range(repeats):
+        for name, fn in timers.items():
+            samples[name].append(median_seconds(partial(fn, calls), 1, warmup=0) / calls)
+    return {name: float(np.median(s)) * 1e6 for name, s in samples.items()}
 
 
 def _repeats(nbytes: int, quick: bool) -> int:
@@ -147,41 +173,27 @@ def exchange(
     ):
         raise RuntimeError("an exchange handed over other values than the producer holds")
 
-    # A call's result is dropped at once (an expression statement), so every
-    # call pays for the release of what it made.
-    def loop(fn: Callable[[], Any]) -> Callable[[int], None]:
-        def timed(k: int) -> None:
-            for _ in range(k):
-                fn()
-
-        return timed
-
-    timers = {
-        COPY: loop(lambda: copyto(dst, x)),
-        COPY_IN: loop(lambda: buffer(x)),
-        COPY_OUT: loop(to_numpy),
-        EXPORT["numpy"]: loop(lambda: np_from(buf)),
-        EXPORT["jax"]: loop(lambda: to_jax(buf)),
-        EXPORT_JNP: loop(lambda: jnp_from(buf)),
-        EXPORT["torch"]: loop(lambda: torch_from(buf)),
-        IMPORT["numpy"]: loop(lambda: from_dlpack(x)),
-        IMPORT["jax"]: loop(lambda: from_dlpack(jx)),
-        IMPORT["torch"]: loop(lambda: from_dlpack(tx)),
+    copies = {
+        COPY: _loop(lambda: copyto(dst, x)),
+        COPY_IN: _loop(lambda: buffer(x)),
+        COPY_OUT: _loop(to_numpy),
+    }
+    exchanges = {
+        EXPORT["numpy"]: _loop(lambda: np_from(buf)),
+        EXPORT["jax"]: _loop(lambda: to_jax(buf)),
+        EXPORT_JNP: _loop(lambda: jnp_from(buf)),
+        EXPORT["torch"]: _loop(lambda: torch_from(buf)),
+        IMPORT["numpy"]: _loop(lambda: from_dlpack(x)),
+        IMPORT["jax"]: _loop(lambda: from_dlpack(jx)),
+        IMPORT["torch"]: _loop(lambda: from_dlpack(tx)),
     }
     # Calls per sample: the exchanges are O(1), so a fixed count at every
-    # size; the copies as many as make 256 KiB, at least one.
-    exchange_calls = 10 if quick else 100
-    copy_calls = 1 if quick else max(1, (256 * KIB) // nbytes)
-    calls = {k: (copy_calls if k in (COPY, COPY_IN, COPY_OUT) else exchange_calls) for k in timers}
-    for name, fn in timers.items():
-        fn(max(1, calls[name] // 10))
-    # Interleave per round: every method sees the same machine state.
-    samples: dict[str, list[float]] = {name: [] for name in timers}
-    for _ in range(_repeats(nbytes, quick)):
-        for name, fn in timers.items():
-            k = calls[name]
-            samples[name].append(median_seconds(lambda fn=fn, k=k: fn(k), 1, warmup=0) / k)
-    us = {name: float(np.median(s)) * 1e6 for name, s in samples.items()}
+    # size; the copies as many as make 256 KiB, at least one. The two groups
+    # take turns within their own rounds: a large copy leaves work behind it
+    # (freeing, faulting in pages) that would fall on whichever exchange came
+    # next, and flatness is about the exchanges' own cost.
+    us = _rounds(copies, 1 if quick else max(1, (256 * KIB) // nbytes), _repeats(nbytes, quick))
+    us.update(_rounds(exchanges, 10 if quick else 100, 2 if quick else 15))
     return us, zero_copy
 
 
@@ -227,37 +239,29 @@ def round_trip(
         "torch result shared": to_torch(result).data_ptr() == result.unsafe_pointer(),
     }
 
-    def loop(fn: Callable[[], Any]) -> Callable[[int], None]:
-        def timed(k: int) -> None:
-            for _ in range(k):
-                fn()
-
-        return timed
-
     n, repeats = (20, 3) if quick else (200, 41)
     trip_timers = {
-        RT_NUMPY: loop(lambda: execute(nx, ny).to_numpy()),
-        RT_JAX: loop(lambda: to_jax(execute(jx, jy))),
-        RT_BUFFERS: loop(lambda: execute(bx, by)),
-        RT_TORCH: loop(lambda: to_torch(execute(tx, ty))),
-        RT_JAX_JIT: loop(lambda: jit_add(jx, jy).block_until_ready()),
+        RT_NUMPY: _loop(lambda: execute(nx, ny).to_numpy()),
+        RT_JAX: _loop(lambda: to_jax(execute(jx, jy))),
+        RT_BUFFERS: _loop(lambda: execute(bx, by)),
+        RT_TORCH: _loop(lambda: to_torch(execute(tx, ty))),
+        RT_JAX_JIT: _loop(lambda: jit_add(jx, jy).block_until_ready()),
     }
     piece_timers = {
-        P_JAX_DLPACK: loop(lambda: jx.__dlpack__(stream=None, max_version=version)),
-        P_JAX_DEVICE: loop(jx.__dlpack_device__),
-        P_IMPORT_JAX: loop(lambda: from_dlpack(jx)),
-        P_EXEC_VIEWS: loop(lambda: execute(vx, vy)),
-        P_EXEC_FRESH: loop(lambda: execute(from_dlpack(jx), from_dlpack(jy))),
-        P_EXEC_JAX: loop(lambda: execute(jx, jy)),
-        P_EXPORT: loop(out.__dlpack__),
-        P_TO_JAX: loop(lambda: to_jax(out)),
-        P_BUFFER: loop(lambda: buffer(nx)),
-        P_EXEC_NUMPY: loop(lambda: execute(nx, ny)),
-        P_TO_NUMPY: loop(out.to_numpy),
-        P_TO_JAX_FRESH: loop(lambda: to_jax(execute(bx, by))),
-        P_TO_NUMPY_FRESH: loop(lambda: execute(bx, by).to_numpy()),
-        P_IMPORT_NUMPY: loop(lambda: from_dlpack(ax)),
-        P_EXEC_NUMPY_VIEWS: loop(lambda: execute(from_dlpack(ax), from_dlpack(ay))),
+        P_JAX_DLPACK: _loop(lambda: jx.__dlpack__(max_version=version)),
+        P_IMPORT_JAX: _loop(lambda: from_dlpack(jx)),
+        P_EXEC_VIEWS: _loop(lambda: execute(vx, vy)),
+        P_EXEC_FRESH: _loop(lambda: execute(from_dlpack(jx), from_dlpack(jy))),
+        P_EXEC_JAX: _loop(lambda: execute(jx, jy)),
+        P_EXPORT: _loop(out.__dlpack__),
+        P_TO_JAX: _loop(lambda: to_jax(out)),
+        P_BUFFER: _loop(lambda: buffer(nx)),
+        P_EXEC_NUMPY: _loop(lambda: execute(nx, ny)),
+        P_TO_NUMPY: _loop(out.to_numpy),
+        P_TO_JAX_FRESH: _loop(lambda: to_jax(execute(bx, by))),
+        P_TO_NUMPY_FRESH: _loop(lambda: execute(bx, by).to_numpy()),
+        P_IMPORT_NUMPY: _loop(lambda: from_dlpack(ax)),
+        P_EXEC_NUMPY_VIEWS: _loop(lambda: execute(from_dlpack(ax), from_dlpack(ay))),
     }
     # One interleaved run of all of them, so the pieces add up against the
     # round trips they were measured beside.
@@ -272,21 +276,15 @@ def breakdown(trips: dict[str, float], pieces: dict[str, float]) -> dict[str, di
     us: each part a timed piece or the difference of two (on a busy machine
     a difference of medians can come out a little negative)."""
     p = pieces
-    jax_export = p[P_JAX_DLPACK] + p[P_JAX_DEVICE]
     to_jax_fresh = p[P_TO_JAX_FRESH] - trips[RT_BUFFERS]  # to_jax of a new result
     to_numpy_fresh = p[P_TO_NUMPY_FRESH] - trips[RT_BUFFERS]
     return {
         "jax": {
-            "jax's __dlpack__ + __dlpack_device__, 2 arguments": 2 * jax_export,
-            "pjrt_py's import beyond them (view made and released), 2 arguments": 2
-            * (p[P_IMPORT_JAX] - jax_export),
+            "jax's __dlpack__, 2 arguments": 2 * p[P_JAX_DLPACK],
+            "pjrt_py's import (views made, and released after the execution), 2 arguments": (
+                p[P_EXEC_JAX] - 2 * p[P_JAX_DLPACK] - p[P_EXEC_VIEWS]
+            ),
             "execute on the views": p[P_EXEC_VIEWS],
-            "releasing views an execution used, beyond unused ones": (
-                p[P_EXEC_FRESH] - 2 * p[P_IMPORT_JAX] - p[P_EXEC_VIEWS]
-            ),
-            "execute's argument path, beyond calling from_dlpack": (
-                p[P_EXEC_JAX] - p[P_EXEC_FRESH]
-            ),
             "pjrt_py's export (out.__dlpack__)": p[P_EXPORT],
             "jax's import (to_jax of a held result, beyond __dlpack__)": p[P_TO_JAX] - p[P_EXPORT],
             "to_jax of a new result, beyond a held one": to_jax_fresh - p[P_TO_JAX],
@@ -331,9 +329,12 @@ def notes(
         f"Together: {sum(parts['jax'].values()):.1f}.",
         f"The numpy round trip (us): {split('numpy')}. "
         f"Together: {sum(parts['numpy'].values()):.1f}.",
-        f"Views of numpy arrays instead of jax arrays: {P_IMPORT_NUMPY} {p[P_IMPORT_NUMPY]:.1f} "
-        f"us against {P_IMPORT_JAX} {p[P_IMPORT_JAX]:.1f} us; execute on two new views "
-        f"{p[P_EXEC_NUMPY_VIEWS]:.1f} us against {p[P_EXEC_FRESH]:.1f} us.",
+        f"Explicit views: {P_IMPORT_JAX} {p[P_IMPORT_JAX]:.1f} us (made and released unused; "
+        f"{P_IMPORT_NUMPY} {p[P_IMPORT_NUMPY]:.1f} us); {P_EXEC_FRESH} {p[P_EXEC_FRESH]:.1f} us, "
+        f"{p[P_EXEC_FRESH] - 2 * p[P_IMPORT_JAX] - p[P_EXEC_VIEWS]:.1f} us more than two such "
+        f"views and execute on held ones (numpy: {P_EXEC_NUMPY_VIEWS} "
+        f"{p[P_EXEC_NUMPY_VIEWS]:.1f} us, "
+        f"{p[P_EXEC_NUMPY_VIEWS] - 2 * p[P_IMPORT_NUMPY] - p[P_EXEC_VIEWS]:.1f} us more).",
     ]
 
 

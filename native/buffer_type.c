@@ -29,8 +29,17 @@ static PyObject* buffer_copy_out(BufferObject* b, size_t direct_limit, int wait)
   size_t nbytes = (size_t)PyArray_NBYTES((PyArrayObject*)array);
   void* data = PyArray_DATA((PyArrayObject*)array);
   PyObject* result = NULL;
+  int permuted = 0;
   if (nbytes == 0 || (nbytes <= direct_limit && buffer_read_direct(b, data, nbytes, (size_t)ndim))) {
     result = wait ? array : promise_of_array(c, array, (PyObject*)b, NULL);
+  } else if (c->cpu && buffer_dense_state(b, nbytes, (size_t)ndim) == 2 &&
+             (permuted = buffer_read_permuted(b, (PyArrayObject*)array)) != 0) {
+    /* A dense layout in another dimension order (dlpack.c); -1: an exception. */
+    if (permuted < 0) {
+      Py_DECREF(array);
+    } else {
+      result = wait ? array : promise_of_array(c, array, (PyObject*)b, NULL);
+    }
   } else {
     PJRT_Event* done = NULL;
     PJRT_Error* error = buffer_to_host(b, data, nbytes, (size_t)ndim, &done);

@@ -122,8 +122,11 @@ static void export_capsule_destructor(PyObject* capsule) {
   PyErr_Restore(type, value, traceback);
 }
 
-/* The buffer's on-device layout is dense row-major (no tiles). */
-static int buffer_row_major(BufferObject* b, size_t ndim) {
+/* Element strides of b's on-device layout where it is dense, without tiles or
+ * padding, in any dimension order (row-major, column-major, ...): 1 with
+ * `strides` filled; else 0 (tiled, padded, or the plugin cannot say). */
+static int buffer_layout_strides(BufferObject* b, size_t ndim, const int64_t* dims,
+                                 int64_t* strides) {
   const PJRT_Api* api = b->c->api;
   if (!PJRT_PY_HAS(api, PJRT_Buffer_GetMemoryLayout)) return 0;
   PJRT_Buffer_GetMemoryLayout_Args l = {0};
@@ -137,18 +140,96 @@ static int buffer_row_major(BufferObject* b, size_t ndim) {
   if (l.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || l.layout.tiled.num_tiles != 0 ||
       l.layout.tiled.minor_to_major_size != ndim)
     return 0;
-  for (size_t i = 0; i < ndim; ++i)
-    if (l.layout.tiled.minor_to_major[i] != (int64_t)(ndim - 1 - i)) return 0;
+  unsigned char seen[PJRT_PY_MAX_RANK] = {0};
+  int64_t step = 1;
+  for (size_t k = 0; k < ndim; ++k) {
+    int64_t axis = l.layout.tiled.minor_to_major[k];
+    if (axis < 0 || (size_t)axis >= ndim || seen[axis]) return 0;
+    seen[axis] = 1;
+    strides[axis] = step;
+    step *= dims[axis] > 0 ? dims[axis] : 1;
+  }
   return 1;
 }
 
-/* _dlpack_layout_ok(): whether the buffer can be lent as is (dense row-major). */
+/* The buffer's dims (from its metadata) into `dims`; its rank, or -1. */
+static Py_ssize_t buffer_dims(BufferObject* b, int64_t* dims) {
+  PyObject* meta = buffer_meta(b);
+  if (meta == NULL) return -1;
+  PyObject* shape = PyTuple_GetItem(meta, 0);
+  Py_ssize_t ndim = PyTuple_Size(shape);
+  for (Py_ssize_t i = 0; i < ndim; ++i) dims[i] = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
+  return ndim;
+}
+
+/* _dlpack_layout_ok(): whether the buffer can be lent as is (dense, untiled,
+ * any dimension order: the capsule then carries its strides). */
 static PyObject* buffer_dlpack_layout_ok(BufferObject* b, PyObject* unused) {
   (void)unused;
   if (buffer_live(b) < 0) return NULL;
-  PyObject* meta = buffer_meta(b);
-  if (meta == NULL) return NULL;
-  return PyBool_FromLong(buffer_row_major(b, (size_t)PyTuple_Size(PyTuple_GetItem(meta, 0))));
+  int64_t dims[PJRT_PY_MAX_RANK], strides[PJRT_PY_MAX_RANK];
+  Py_ssize_t ndim = buffer_dims(b, dims);
+  if (ndim < 0) return NULL;
+  return PyBool_FromLong(buffer_layout_strides(b, (size_t)ndim, dims, strides));
+}
+
+/* The CPU path of to_numpy for a buffer whose layout is dense but not
+ * row-major (a program's output with another mhlo.layout_mode): numpy copies
+ * it through its strides into the row-major `array`. PJRT_Buffer_ToHostBuffer
+ * ignores the requested host layout on some builds (xla-cpu-pjrt 0.81 returns
+ * the column-major bytes as they lie). Waits for the buffer. 1 if copied, 0 if
+ * not this case, -1 with an exception. */
+static int buffer_read_permuted(BufferObject* b, PyArrayObject* array) {
+  int64_t dims[PJRT_PY_MAX_RANK], strides[PJRT_PY_MAX_RANK];
+  Py_ssize_t ndim = PyArray_NDIM(array);
+  for (Py_ssize_t i = 0; i < ndim; ++i) dims[i] = (int64_t)PyArray_DIMS(array)[i];
+  if (!buffer_layout_strides(b, (size_t)ndim, dims, strides)) return 0;
+  bool row_major = true;
+  int64_t step = 1;
+  for (Py_ssize_t i = ndim - 1; i >= 0; --i) {
+    if (dims[i] != 1 && strides[i] != step) row_major = false;
+    step *= dims[i] > 0 ? dims[i] : 1;
+  }
+  if (row_major) return 0;
+  PyObject* ready = buffer_block_until_ready(b, NULL); /* raises the work's error */
+  if (ready == NULL) return -1;
+  Py_DECREF(ready);
+  if (buffer_live(b) < 0) return -1; /* the wait let other threads run */
+  const PJRT_Api* api = b->c->api;
+  PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
+  inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;
+  inc.buffer = b->buf;
+  PJRT_Error* error = api->PJRT_Buffer_IncreaseExternalReferenceCount(&inc);
+  if (error != NULL) {
+    raise_pjrt(api, error);
+    return -1;
+  }
+  PJRT_Buffer_UnsafePointer_Args at = {0};
+  at.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
+  at.buffer = b->buf;
+  error = api->PJRT_Buffer_UnsafePointer(&at);
+  int copied = -1;
+  if (error != NULL) {
+    raise_pjrt(api, error);
+  } else {
+    npy_intp byte_strides[PJRT_PY_MAX_RANK];
+    npy_intp item = (npy_intp)PyArray_ITEMSIZE(array);
+    for (Py_ssize_t i = 0; i < ndim; ++i) byte_strides[i] = (npy_intp)strides[i] * item;
+    PyArray_Descr* descr = PyArray_DESCR(array);
+    Py_INCREF(descr);
+    PyObject* source = PyArray_NewFromDescr(&PyArray_Type, descr, (int)ndim, PyArray_DIMS(array),
+                                            byte_strides, (void*)(uintptr_t)at.buffer_pointer,
+                                            0, NULL);
+    if (source != NULL) {
+      copied = PyArray_CopyInto(array, (PyArrayObject*)source) < 0 ? -1 : 1;
+      Py_DECREF(source);
+    }
+  }
+  PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
+  dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
+  dec.buffer = b->buf;
+  error_destroy(api, api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
+  return copied;
 }
 
 /* _dlpack(code, bits, device_type, device_id, versioned, flags) -> capsule.
@@ -172,11 +253,11 @@ static PyObject* buffer_dlpack_export(BufferObject* b, PyObject* args) {
   Py_ssize_t ndim = PyTuple_Size(shape);
   export_ctx* x = (export_ctx*)calloc(1, sizeof(export_ctx) + 2 * (size_t)ndim * sizeof(int64_t));
   if (x == NULL) return PyErr_NoMemory();
-  int64_t stride = 1;
-  for (Py_ssize_t i = ndim - 1; i >= 0; --i) {
-    x->dims[i] = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
-    x->dims[ndim + i] = stride;
-    stride *= x->dims[i] > 0 ? x->dims[i] : 1;
+  for (Py_ssize_t i = 0; i < ndim; ++i) x->dims[i] = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
+  if (!buffer_layout_strides(b, (size_t)ndim, x->dims, x->dims + ndim)) {
+    free(x);
+    PyErr_SetString(PyExc_BufferError, "the buffer's on-device layout is tiled or padded");
+    return NULL;
   }
   PJRT_Error* error = NULL;
   if (PJRT_PY_HAS(api, PJRT_Buffer_IncreaseExternalReferenceCount)) {

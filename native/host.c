@@ -240,6 +240,12 @@ static int buffer_is_dense_on_host(BufferObject* b, size_t size, size_t ndim) {
   return z.on_device_size_in_bytes == size;
 }
 
+/* b->dense, asked of the plugin once: 1 dense row-major host memory, 2 not. */
+static int buffer_dense_state(BufferObject* b, size_t size, size_t ndim) {
+  if (b->dense == 0) b->dense = buffer_is_dense_on_host(b, size, ndim) ? 1 : 2;
+  return b->dense;
+}
+
 /* Whether b is ready without error; remembered once true. With the GIL. */
 static int buffer_ready_ok(BufferObject* b) {
   if (b->ready) return 1;
@@ -272,8 +278,7 @@ static int buffer_ready_ok(BufferObject* b) {
  * for large copies, with b pinned. */
 static int buffer_read_direct(BufferObject* b, void* dst, size_t size, size_t ndim) {
   if (!b->c->cpu || !buffer_ready_ok(b)) return 0;
-  if (b->dense == 0) b->dense = buffer_is_dense_on_host(b, size, ndim) ? 1 : 2;
-  if (b->dense != 1) return 0;
+  if (buffer_dense_state(b, size, ndim) != 1) return 0;
   const PJRT_Api* api = b->c->api;
   PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
   inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;

@@ -17,6 +17,7 @@ ORDER = (
     "small",
     "small_transfers",
     "bandwidth",
+    "interop",
     "pipeline",
     "scaling",
     "memory",
@@ -153,6 +154,65 @@ def test_suite_measures_what_the_issue_asks(suite: tuple[Path, str]) -> None:
     ]
 
 
+def test_suite_measures_interop_as_the_issue_asks(suite: tuple[Path, str]) -> None:
+    docs, stdout = suite
+    report = json.loads((docs / "performance" / "results.json").read_text())["interop"]
+    assert report["sizes"] == [1024, 64 * 1024]  # --quick: tiny sizes only
+    exchanges = {
+        "export numpy: np.from_dlpack(buf)",
+        "export jax: pjrt_py.to_jax(buf)",
+        "export jax: jnp.from_dlpack(buf)",
+        "export torch: torch.from_dlpack(buf)",
+        "import numpy: client.from_dlpack(x)",
+        "import jax: client.from_dlpack(jx)",
+        "import torch: client.from_dlpack(tx)",
+    }
+    copies = {"copy: np.copyto(dst, x)", "copy in: client.buffer(x)", "copy out: buf.to_numpy()"}
+    for row, shared in zip(report["us_per_call"], report["zero_copy"], strict=True):
+        assert row["bytes"] == shared["bytes"]
+        assert set(row) == exchanges | copies | {"bytes"}
+        assert all(math.isfinite(v) and v > 0 for k, v in row.items() if k != "bytes")
+        # Pointer equality, checked once per size: every exchange shared memory.
+        assert set(shared) == exchanges | {"bytes"}
+        assert all(shared[k] is True for k in exchanges)
+    # Flat in size: each framework and direction, largest size over smallest.
+    first, last = report["us_per_call"][0], report["us_per_call"][-1]
+    flat = [
+        (f"{direction} {fw} time, 64 KiB / 1 KiB", last[key] / first[key], 3.0, "max")
+        for key in sorted(exchanges)
+        if key != "export jax: jnp.from_dlpack(buf)"
+        for direction, fw in [key.split(":")[0].split()]
+    ]
+    trips = report["round_trip_us"]
+    assert list(trips) == [
+        "numpy -> execute -> to_numpy",
+        "jax -> execute -> to_jax",
+        "Buffers -> execute (on the device)",
+        "torch -> execute -> to_torch",
+        "jax.jit (jax's own)",
+    ]
+    assert all(math.isfinite(v) and v > 0 for v in trips.values())
+    ratio = trips["jax -> execute -> to_jax"] / trips["numpy -> execute -> to_numpy"]
+    assert report["round_trip_ratio"]["numpy -> execute -> to_numpy"] == 1.0
+    targets = [(t["name"], t["value"], t["limit"], t["kind"]) for t in report["targets"]]
+    assert sorted(targets[:-1]) == sorted(flat)
+    assert targets[-1] == ("round trip f32[8]: jax / numpy", ratio, 1.5, "max")
+    rt = report["round_trip_zero_copy"]
+    assert rt["jax arguments viewed"] and rt["jax result shared"] and rt["torch result shared"]
+    assert "torch arguments viewed" in rt
+    # The round trips in pieces: the parts add up to what was timed whole.
+    for fw, name in (
+        ("jax", "jax -> execute -> to_jax"),
+        ("numpy", "numpy -> execute -> to_numpy"),
+    ):
+        assert math.isclose(sum(report["breakdown_us"][fw].values()), trips[name], rel_tol=1e-9)
+    assert {"jx.__dlpack__() (jax's export)", "out.__dlpack__() (pjrt_py's export)"} <= set(
+        report["pieces_us"]
+    )
+    assert report["notes"] and "Where the jax round trip goes" in report["notes"][1]
+    assert "target round trip f32[8]: jax / numpy" in stdout
+
+
 def test_suite_regenerates_performance_md_and_plots(suite: tuple[Path, str]) -> None:
     docs, _ = suite
     text = (docs / "performance.md").read_text()
@@ -162,7 +222,8 @@ def test_suite_regenerates_performance_md_and_plots(suite: tuple[Path, str]) -> 
     assert "### compile_cache:" in text and "| compile_cache |" in text
     assert "### small_transfers:" in text and "| buffer_async f32[8] / C floor |" in text
     assert "| c_loop + completion event |" in text
-    for name in ("small", "bandwidth", "pipeline", "scaling", "memory"):
+    assert "### interop:" in text and "| round trip f32[8]: jax / numpy |" in text
+    for name in ("small", "bandwidth", "interop", "pipeline", "scaling", "memory"):
         png = docs / "performance" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"performance/{name}.png" in text

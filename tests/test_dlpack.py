@@ -532,3 +532,28 @@ def test_a_producer_that_deletes_or_closes_mid_call_gets_errors_not_crashes() ->
     other = client.compile(ADD_F32_8)
     with pytest.raises(ValueError, match="closed"):
         other.execute_async(torch.ones(8), Saboteur(client.close))
+
+
+# ---- layouts other than row-major ------------------------------------------------------
+
+COLUMN_MAJOR_OUT = """
+func.func @main(%x: tensor<4x8xf32>) -> (tensor<4x8xf32> {mhlo.layout_mode = "{0,1}"}) {
+  %0 = stablehlo.add %x, %x : tensor<4x8xf32>
+  return %0 : tensor<4x8xf32>
+}
+"""
+
+
+def test_a_column_major_buffer_is_lent_with_its_strides(client: pjrt_py.Client) -> None:
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    out = client.compile(COLUMN_MAJOR_OUT).execute(x)
+    assert out._dlpack_layout_ok()  # dense, in another order: lendable with strides
+    for consumer in (np.from_dlpack, torch.from_dlpack, pjrt_py.to_jax):
+        view = consumer(out)
+        assert pointer(view) == out.unsafe_pointer(), consumer
+        np.testing.assert_array_equal(np.asarray(view), 2 * x)
+    assert np.from_dlpack(out).strides == (4, 16)  # column-major, in bytes
+    # to_numpy reads it right on every build (xla-cpu-pjrt 0.81's own copy
+    # returns the column-major bytes as they lie; pjrt_py copies through strides)
+    np.testing.assert_array_equal(out.to_numpy(), 2 * x)
+    np.testing.assert_array_equal(out.to_numpy_async().value(), 2 * x)
