@@ -100,6 +100,8 @@ static PyMethodDef core_functions[] = {
      NULL},
     {"generation", core_generation, METH_NOARGS, NULL},
     {"set_dlpack_codes", core_set_dlpack_codes, METH_O, NULL},
+    {"drain_releases", core_drain_releases, METH_NOARGS,
+     "Run the DLPack releases queued by threads without the GIL (tests)."},
     {"dlpack_unpack", core_dlpack_unpack, METH_O,
      "dlpack_unpack(capsule) -> DLPackTensor, taking the producer's tensor."},
     {"live_clients", core_live_clients, METH_NOARGS, NULL},

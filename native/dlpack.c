@@ -71,6 +71,84 @@ static const char DLP_NAME_V[] = "dltensor_versioned";
 static const char DLP_USED[] = "used_dltensor";
 static const char DLP_USED_V[] = "used_dltensor_versioned";
 
+/* ---- releases from other threads ------------------------------------------------
+ * A view's memory is released by PJRT's on_delete_callback, an export's by
+ * the consumer's deleter: either may run on a thread of the plugin (or of the
+ * consumer's runtime) that does not hold the GIL, when the last execution
+ * reading the memory ends there. Such a thread must not wait for the GIL: the
+ * work queued behind it would wait too, until Python next lets go (measured:
+ * some 20 us per call in a jax round trip). It queues the release instead,
+ * and asks the interpreter to run the queue at its next chance
+ * (Py_AddPendingCall, made for this). A thread that holds the GIL (a Destroy
+ * called from Python) releases at once. */
+
+typedef struct {
+  void (*fn)(void*); /* runs with the GIL */
+  void* arg;
+} deferred;
+
+static pthread_mutex_t g_deferred_mu = PTHREAD_MUTEX_INITIALIZER;
+static deferred* g_deferred = NULL;
+static size_t g_deferred_len = 0, g_deferred_cap = 0;
+static int g_deferred_scheduled = 0;
+
+/* Runs the queued releases. With the GIL. */
+static int deferred_drain(void* unused) {
+  (void)unused;
+  for (;;) {
+    pthread_mutex_lock(&g_deferred_mu);
+    g_deferred_scheduled = 0;
+    deferred* items = g_deferred;
+    size_t n = g_deferred_len;
+    g_deferred = NULL;
+    g_deferred_len = g_deferred_cap = 0;
+    pthread_mutex_unlock(&g_deferred_mu);
+    if (n == 0) return 0;
+    for (size_t i = 0; i < n; ++i) items[i].fn(items[i].arg);
+    free(items);
+  }
+}
+
+/* Runs fn(arg) with the GIL: now if this thread holds it, else soon on a
+ * Python thread. Inside the gate (the caller entered it). */
+static void run_with_gil(void (*fn)(void*), void* arg) {
+  if (PyGILState_Check()) {
+    fn(arg);
+    return;
+  }
+  pthread_mutex_lock(&g_deferred_mu);
+  int queued = 0, schedule = 0;
+  if (g_deferred_len == g_deferred_cap) {
+    size_t cap = g_deferred_cap ? 2 * g_deferred_cap : 16;
+    deferred* grown = (deferred*)realloc(g_deferred, cap * sizeof(deferred));
+    if (grown != NULL) {
+      g_deferred = grown;
+      g_deferred_cap = cap;
+    }
+  }
+  if (g_deferred_len < g_deferred_cap) {
+    g_deferred[g_deferred_len].fn = fn;
+    g_deferred[g_deferred_len].arg = arg;
+    g_deferred_len++;
+    queued = 1;
+    schedule = !g_deferred_scheduled;
+    g_deferred_scheduled = 1;
+  }
+  pthread_mutex_unlock(&g_deferred_mu);
+  if (schedule && Py_AddPendingCall(deferred_drain, NULL) < 0) {
+    pthread_mutex_lock(&g_deferred_mu);
+    g_deferred_scheduled = 0; /* the interpreter's queue is full: the next release asks again */
+    pthread_mutex_unlock(&g_deferred_mu);
+  }
+  if (!queued) { /* no memory for the queue: wait for the GIL after all */
+    PyGILState_STATE gil = PyGILState_Ensure();
+    fn(arg);
+    PyGILState_Release(gil);
+  }
+}
+
+static void drop_reference(void* object) { Py_DECREF((PyObject*)object); }
+
 /* ---- export ------------------------------------------------------------------ */
 
 typedef struct {
@@ -85,24 +163,26 @@ static void buffer_release_export(BufferObject* b) {
   if (--b->exports == 0 && b->pins == 0 && b->state != BUF_LIVE) buffer_free_handle(b);
 }
 
-/* Ends one export, on any thread. */
-static void export_release(export_ctx* x) {
-  if (gate_enter()) {
-    PyGILState_STATE gil = PyGILState_Ensure();
-    BufferObject* b = x->owner;
-    if (x->external_ref && b->buf != NULL && b->c != NULL && state_pjrt_allowed(b->c)) {
-      PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
-      dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
-      dec.buffer = b->buf;
-      error_destroy(b->c->api, b->c->api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
-    }
-    buffer_release_export(b);
-    Py_DECREF(b);
-    PyGILState_Release(gil);
-    gate_leave();
-    free(x);
+/* Ends one export. With the GIL. */
+static void export_finish(void* arg) {
+  export_ctx* x = (export_ctx*)arg;
+  BufferObject* b = x->owner;
+  if (x->external_ref && b->buf != NULL && b->c != NULL && state_pjrt_allowed(b->c)) {
+    PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
+    dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
+    dec.buffer = b->buf;
+    error_destroy(b->c->api, b->c->api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
   }
-  /* Past exit (or the gate closed): the Buffer, its handle and x stay. */
+  buffer_release_export(b);
+  Py_DECREF(b);
+  free(x);
+}
+
+/* Ends one export, on any thread (see run_with_gil). */
+static void export_release(export_ctx* x) {
+  if (!gate_enter()) return; /* past exit: the Buffer, its handle and x stay */
+  run_with_gil(export_finish, x);
+  gate_leave();
 }
 
 static void export_deleter(dlp_managed* m) { export_release((export_ctx*)m->manager_ctx); }
@@ -515,15 +595,20 @@ static PyType_Slot tensor_slots[] = {
 static PyType_Spec tensor_spec = {"pjrt_py._core.DLPackTensor", sizeof(TensorObject), 0,
                                   Py_TPFLAGS_DEFAULT, tensor_slots};
 
-/* PJRT is done with a view's memory: drop the Tensor (any thread). */
+/* PJRT is done with a view's memory: the Tensor goes, and with it the producer's. */
 static void view_released(void* device_buffer_ptr, void* arg) {
   (void)device_buffer_ptr;
-  if (gate_enter()) {
-    PyGILState_STATE gil = PyGILState_Ensure();
-    Py_DECREF((PyObject*)arg);
-    PyGILState_Release(gil);
-    gate_leave();
-  }
+  if (!gate_enter()) return; /* exiting: the producer's memory outlives every reader */
+  run_with_gil(drop_reference, arg);
+  gate_leave();
+}
+
+/* drain_releases(): run the queued releases now (tests). */
+static PyObject* core_drain_releases(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  deferred_drain(NULL);
+  Py_RETURN_NONE;
 }
 
 /* A Buffer viewing the tensor's memory on `device` (no copy), or NULL with an
