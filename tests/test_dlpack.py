@@ -557,3 +557,35 @@ def test_a_column_major_buffer_is_lent_with_its_strides(client: pjrt_py.Client) 
     # returns the column-major bytes as they lie; pjrt_py copies through strides)
     np.testing.assert_array_equal(out.to_numpy(), 2 * x)
     np.testing.assert_array_equal(out.to_numpy_async().value(), 2 * x)
+
+
+class Lender:
+    """A DLPack producer lending an aligned numpy array (viewed through
+    CreateViewOfDeviceBuffer, unlike a numpy array passed as itself)."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def __dlpack__(self, **kwargs: object) -> object:
+        return self.array.__dlpack__(**kwargs)
+
+
+def test_a_view_released_on_a_plugin_thread_frees_the_producer(client: pjrt_py.Client) -> None:
+    import time
+
+    exe = client.compile(matmul_chain(600, 6))
+    values = pjrt_py.aligned_empty((600, 600), np.float32)
+    values[...] = np.random.default_rng(4).standard_normal((600, 600)) / 30
+    before = sys.getrefcount(values)
+    promise = exe.execute_async(Lender(values))  # the view goes at once; PJRT still reads it
+    assert sys.getrefcount(values) > before
+    expected = values
+    for _ in range(6):
+        expected = np.tanh(expected @ expected)
+    np.testing.assert_allclose(promise.value().to_numpy(), expected, rtol=1e-4, atol=1e-5)
+    # PJRT lets go when the work ends, on its own thread; the interpreter
+    # drops the producer's tensor at its next chance
+    deadline = time.monotonic() + 10
+    while sys.getrefcount(values) != before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sys.getrefcount(values) == before
