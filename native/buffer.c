@@ -48,6 +48,7 @@ static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffe
   b->ready = 0;
   b->dense = 0;
   b->host_aliased = 0;
+  b->row_major = 0;
   PyObject_GC_Track(b);
   return b;
 }

@@ -101,6 +101,7 @@ typedef struct {
   unsigned char ready;        /* known ready without error (never goes back) */
   unsigned char dense;        /* 0 unknown, 1 host memory dense row-major, 2 not */
   unsigned char host_aliased; /* memory the host owns (zero-copy): never donated */
+  unsigned char row_major;    /* 0 unknown, 1 row-major (or the plugin cannot say), 2 not */
 } BufferObject;
 
 /* A promise: events (made on first use), what they said, and callbacks. */

@@ -66,6 +66,8 @@ typedef struct dlp_managed_v {
 #define DLP_VERSION_MAJOR 1
 #define DLP_VERSION_MINOR 1 /* the float8 type codes are 1.1 */
 
+static PyObject* int64_tuple(const int64_t* values, int32_t n);
+
 static const char DLP_NAME[] = "dltensor";
 static const char DLP_NAME_V[] = "dltensor_versioned";
 static const char DLP_USED[] = "used_dltensor";
@@ -230,6 +232,55 @@ static int buffer_layout_strides(BufferObject* b, size_t ndim, const int64_t* di
     step *= dims[axis] > 0 ? dims[axis] : 1;
   }
   return 1;
+}
+
+/* The buffer's minor_to_major as a tuple, or None where the layout is tiled,
+ * padded or not reported. With the GIL; b is live. */
+static PyObject* buffer_layout_tuple(BufferObject* b, size_t ndim) {
+  const PJRT_Api* api = b->c->api;
+  if (!PJRT_PY_HAS(api, PJRT_Buffer_GetMemoryLayout)) Py_RETURN_NONE;
+  PJRT_Buffer_GetMemoryLayout_Args l = {0};
+  l.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE;
+  l.buffer = b->buf;
+  PJRT_Error* error = api->PJRT_Buffer_GetMemoryLayout(&l);
+  if (error != NULL) {
+    error_destroy(api, error);
+    Py_RETURN_NONE;
+  }
+  if (l.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || l.layout.tiled.num_tiles != 0 ||
+      l.layout.tiled.minor_to_major_size != ndim)
+    Py_RETURN_NONE;
+  return int64_tuple(l.layout.tiled.minor_to_major, (int32_t)ndim);
+}
+
+/* Whether b is row-major (1) or in another layout the plugin reports (2);
+ * asked once. A plugin that cannot say counts as row-major: its buffers are
+ * what it made them. With the GIL; b is live. */
+static int buffer_row_major_state(BufferObject* b, size_t ndim) {
+  if (b->row_major != 0) return b->row_major;
+  PyObject* layout = buffer_layout_tuple(b, ndim);
+  int state = 1;
+  if (layout != NULL && layout != Py_None) {
+    for (size_t k = 0; k < ndim; ++k) {
+      if (PyLong_AsLongLong(PyTuple_GetItem(layout, (Py_ssize_t)k)) != (long long)(ndim - 1 - k))
+        state = 2;
+    }
+  } else if (layout != NULL && PJRT_PY_HAS(b->c->api, PJRT_Buffer_GetMemoryLayout)) {
+    state = 2; /* tiled or padded */
+  }
+  if (layout == NULL) PyErr_Clear();
+  Py_XDECREF(layout);
+  b->row_major = (unsigned char)state;
+  return state;
+}
+
+/* _layout(): minor_to_major of the buffer's on-device layout, or None. */
+static PyObject* buffer_get_layout(BufferObject* b, PyObject* unused) {
+  (void)unused;
+  if (buffer_live(b) < 0) return NULL;
+  PyObject* meta = buffer_meta(b);
+  if (meta == NULL) return NULL;
+  return buffer_layout_tuple(b, (size_t)PyTuple_Size(PyTuple_GetItem(meta, 0)));
 }
 
 /* The buffer's dims (from its metadata) into `dims`; its rank, or -1. */
@@ -636,5 +687,6 @@ static BufferObject* tensor_view(PyObject* client, pjrt_py_client* c, TensorObje
   BufferObject* b = buffer_wrap(client, c, args.buffer, meta);
   if (b == NULL) return NULL;
   b->host_aliased = 1; /* memory the producer owns: never donated */
+  b->row_major = 1;    /* viewed with no layout given: the default, row-major */
   return b;
 }

@@ -174,11 +174,16 @@ static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* e
     return NULL;
   }
   if (b->c != c || b->state != BUF_LIVE || b->buf == NULL) return NULL;
-  if (b->meta == expect) return b;
-  if (b->meta == NULL || PyObject_RichCompareBool(b->meta, expect, Py_EQ) != 1) {
+  if (b->meta != expect &&
+      (b->meta == NULL || PyObject_RichCompareBool(b->meta, expect, Py_EQ) != 1)) {
     PyErr_Clear();
     return NULL;
   }
+  /* On CPU a program reads its parameters row-major (a program that asks for
+   * other layouts is blocked): a buffer in another layout, such as a program's
+   * column-major output, would be read wrong, so Python relays it out. */
+  if (c->cpu && buffer_row_major_state(b, (size_t)PyTuple_Size(PyTuple_GetItem(expect, 0))) != 1)
+    return NULL;
   return b;
 }
 

@@ -193,6 +193,7 @@ static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArray
   BufferObject* b = buffer_wrap(client, c, args.buffer, meta);
   if (b == NULL) return NULL; /* buffer_wrap freed the PJRT buffer */
   b->host_aliased = (unsigned char)host_aliased;
+  b->row_major = 1; /* no device_layout asked for: the default, row-major */
   release_on_ready(c->api, args.done_with_host_buffer, (PyObject*)array);
   return b;
 }

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from .device import Device
 
     class _Client(Protocol):
+        platform_name: str
+
         def buffer_async(self, value: Any, device: Device | None = None) -> BufferPromise: ...
 
     class _Executable(Protocol):  # what the checks read of an Executable
@@ -169,7 +171,35 @@ def checked_row(
                     f"{exe.name}: argument {i}{where} is on {r.device}, not {device} "
                     f"(copy it with copy_to_device)"
                 )
-    return [_place(exe, r, device) for r in resolved]
+    placed = [_place(exe, r, device) for r in resolved]
+    if signature is not None and exe.client.platform_name == "cpu":
+        pairs = enumerate(zip(placed, signature, strict=True))
+        placed = [_laid_out(exe, b, spec, i) for i, (b, spec) in pairs]
+    return placed
+
+
+def _laid_out(exe: _Executable, buf: Buffer, spec: ArgSpec, index: int) -> Buffer:
+    """``buf`` in the layout the program reads parameter ``index`` in.
+
+    PJRT runs a program on the bytes it is given: a buffer in another layout
+    (a program's column-major output, say) is read as if it were in the
+    compiled one, silently wrong. A CPU buffer the program wants row-major is
+    copied into row-major; a parameter compiled for another explicit layout
+    takes only a buffer already in it (the CPU builds do not lay out a host
+    array in a requested layout reliably). ``"auto"`` is not checked.
+    """
+    want = spec.minor_to_major()
+    if want is None:
+        return buf
+    got = buf._layout()
+    if got is None or tuple(got) == want:
+        return buf
+    if spec.default_layout:
+        return exe.client.buffer_async(buf.to_numpy(), buf.device).buffer()
+    raise ValueError(
+        f"argument {index}: the program reads it in layout {spec.layout} (minor to major), "
+        f"the buffer is in {{{','.join(map(str, got))}}}"
+    )
 
 
 def _place(exe: _Executable, r: Any, device: Device) -> Buffer:

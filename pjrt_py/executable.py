@@ -61,8 +61,12 @@ class Executable(_core.ExecutableCore):
         self._source: tuple[str, bytes, bool] | None = None  # text, options, isolate
         self._token_form: Executable | None = None
         self._ordered = False
-        # Calls that cannot take the native path: several devices, donation.
-        blocked = len(program.devices) != 1 or bool(program.donated)
+        # Calls that cannot take the native path: several devices, donation,
+        # parameters in a layout other than the default (checked in Python).
+        layouts = program.signature is not None and any(
+            not spec.default_layout for spec in program.signature
+        )
+        blocked = len(program.devices) != 1 or bool(program.donated) or layouts
         self._attach(
             program._handles(),
             program.client,

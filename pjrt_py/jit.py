@@ -153,7 +153,7 @@ class Lowered:
         signature = exe.input_signature
         if signature is not None and len(signature) == len(self.arg_names):
             named = zip(self.arg_names, signature, strict=True)
-            exe._signature = [ArgSpec(name, s.shape, s.dtype) for name, s in named]
+            exe._signature = [ArgSpec(name, s.shape, s.dtype, s.layout) for name, s in named]
         return exe
 
 

@@ -60,6 +60,7 @@ _LIST_PUNCT = re.compile(r"[()\[\]{}<>,]")
 _PARAM_NAME = re.compile(r"\s*(%[\w.$-]+)\s*:\s*")
 _AFTER_TYPE = re.compile(r"\{|\bloc\(")
 _ARG_INFO = re.compile(r"jax\.arg_info\s*=")  # no \s* after: blanked strings are spaces
+_LAYOUT_MODE = re.compile(r"mhlo\.layout_mode\s*=")
 _ESCAPE = re.compile(r"\\(?:([0-9a-fA-F]{2})|(.))", re.S)
 _INT_VALUE = re.compile(r"\s*(-?\d+)\s*(?::\s*[\w.!]+)?\s*")
 
@@ -321,7 +322,9 @@ def main_signature(text: str) -> list[ArgSpec] | None:
         info = _ARG_INFO.search(lexed.clean, head.end(), end)
         name = (info and lexed.string_at(info.end())) or head.group(1).lstrip("%")
         shape, dtype = tensor_type(lexed.text[head.end() : type_end])
-        specs.append(ArgSpec(name or f"arg{index}", shape, dtype))
+        mode = _LAYOUT_MODE.search(lexed.clean, head.end(), end)
+        layout = lexed.string_at(mode.end()) if mode else None
+        specs.append(ArgSpec(name or f"arg{index}", shape, dtype, layout))
     return specs
 
 

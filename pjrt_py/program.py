@@ -10,6 +10,7 @@ by position.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,11 +23,32 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ArgSpec:
-    """One parameter of ``@main``: its name, shape (None dims are dynamic) and dtype."""
+    """One parameter of ``@main``: its name, shape (None dims are dynamic) and
+    dtype, and the ``mhlo.layout_mode`` it asks for, if any (``"{0,1}"``,
+    ``"auto"``; None or ``"default"``: the platform's default layout)."""
 
     name: str
     shape: tuple[int | None, ...] | None  # None: not a tensor (e.g. a token)
     dtype: np.dtype[Any] | None
+    layout: str | None = None
+
+    @property
+    def default_layout(self) -> bool:
+        return self.layout in (None, "default")
+
+    def minor_to_major(self) -> tuple[int, ...] | None:
+        """The layout this parameter is read in, where the text says it:
+        row-major for the default, the given order for ``"{1,0}"``; None for
+        ``"auto"`` (the compiler chose) or an unknown rank."""
+        if self.shape is None:
+            return None
+        if self.default_layout:
+            return tuple(range(len(self.shape) - 1, -1, -1))
+        m = re.fullmatch(r"\{\s*(\d+(?:\s*,\s*\d+)*)?\s*\}", self.layout or "")
+        if m is None:
+            return None
+        order = tuple(int(v) for v in re.findall(r"\d+", m.group(1) or ""))
+        return order if sorted(order) == list(range(len(self.shape))) else None
 
     def __str__(self) -> str:
         if self.dtype is None:
@@ -76,9 +98,9 @@ def signature_from_shapes(
         if param.dtype is not None and not param.is_tuple and not param.dynamic:
             # The compiled shape is what a call passes: after SPMD partitioning
             # it is one device's share, not the text's global shape.
-            spec = ArgSpec(spec.name, param.dims, param.dtype)
+            spec = ArgSpec(spec.name, param.dims, param.dtype, spec.layout)
         elif spec.dtype is None and param.dtype is not None and not param.is_tuple:
-            spec = ArgSpec(spec.name, None, param.dtype)
+            spec = ArgSpec(spec.name, None, param.dtype, spec.layout)
         merged.append(spec)
     return merged
 

@@ -73,15 +73,17 @@ def plugin_identity(client: Identified) -> dict[str, Any]:
 
 def _spec_json(spec: ArgSpec) -> list[Any]:
     shape = None if spec.shape is None else list(spec.shape)
-    return [spec.name, shape, None if spec.dtype is None else str(spec.dtype)]
+    item = [spec.name, shape, None if spec.dtype is None else str(spec.dtype)]
+    return item if spec.layout is None else [*item, spec.layout]
 
 
 def _spec_from_json(item: Any) -> ArgSpec:
-    name, shape, dtype = item
+    name, shape, dtype, *layout = item  # the layout mode, where the program asks for one
     return ArgSpec(
         str(name),
         None if shape is None else tuple(None if d is None else int(d) for d in shape),
         None if dtype is None else _DTYPES[dtype],
+        str(layout[0]) if layout else None,
     )
 
 
