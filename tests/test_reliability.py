@@ -105,6 +105,32 @@ CASES: dict[str, tuple[str, str]] = {
         "e.execute(np.ones(8, np.float32), np.ones(8, np.float32))",
         "ValueError",
     ),
+    # DLPack, memory spaces, layouts (docs/interop.md)
+    "dlpack-not-a-producer": ("client.from_dlpack([1, 2, 3])", "TypeError"),
+    "dlpack-used-capsule": (
+        "cap = np.ones(3).__dlpack__(); client.from_dlpack(cap); client.from_dlpack(cap)",
+        "TypeError",
+    ),
+    "dlpack-copy-false-unaligned": (
+        "a = pjrt_py.aligned_empty(65, np.float32)[1:]; client.from_dlpack(a, copy=False)",
+        "BufferError",
+    ),
+    "dlpack-stream-on-cpu": ("client.buffer(np.ones(2)).__dlpack__(stream=1)", "BufferError"),
+    "dlpack-float8-for-1-0": (
+        "import ml_dtypes; client.buffer(np.ones(2, ml_dtypes.float8_e4m3fn))"
+        ".__dlpack__(max_version=(1, 0))",
+        "TypeError",
+    ),
+    "memory-unknown-kind": ("client.buffer(np.ones(2), memory='hbm')", "ValueError"),
+    "memory-other-device": (
+        "client.buffer(np.ones(2), client.addressable_devices[0], "
+        "memory=client.addressable_devices[1].memory('device'))",
+        "ValueError",
+    ),
+    "layout-mismatch": (
+        "client.compile(COLUMN_MAJOR_IN).execute(np.ones((2, 3), np.float32))",
+        "ValueError",
+    ),
     # plugins
     "plugin-missing": ("pjrt_py.Client('/nonexistent/plugin.so')", "FileNotFoundError"),
     "plugin-not-a-library": ("pjrt_py.load_plugin(NOT_ELF)", "PluginLoadError"),
@@ -125,6 +151,10 @@ ADD = ADD_TEXT
 INT = "func.func @main(%x: tensor<i32>) -> tensor<i32> {\\n return %x : tensor<i32>\\n}"
 BOOL = "func.func @main(%x: tensor<i1>) -> tensor<i1> {\\n return %x : tensor<i1>\\n}"
 F32 = "func.func @main(%x: tensor<f32>) -> tensor<f32> {\\n return %x : tensor<f32>\\n}"
+COLUMN_MAJOR_IN = (
+    'func.func @main(%x: tensor<2x3xf32> {mhlo.layout_mode = "{0,1}"}) -> tensor<2x3xf32> {\\n'
+    " return %x : tensor<2x3xf32>\\n}"
+)
 NOT_ELF = os.path.join(tempfile.mkdtemp(), "bogus.so")
 open(NOT_ELF, "w").write("not an ELF file")
 client = pjrt_py.Client()
