@@ -182,7 +182,8 @@ static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* e
   /* On CPU a program reads its parameters row-major (a program that asks for
    * other layouts is blocked): a buffer in another layout, such as a program's
    * column-major output, would be read wrong, so Python relays it out. */
-  if (c->cpu && buffer_row_major_state(b, (size_t)PyTuple_Size(PyTuple_GetItem(expect, 0))) != 1)
+  if (c->cpu && b->row_major != 1 &&
+      buffer_row_major_state(b, (size_t)PyTuple_Size(PyTuple_GetItem(expect, 0))) != 1)
     return NULL;
   return b;
 }
