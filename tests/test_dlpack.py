@@ -589,3 +589,52 @@ def test_a_view_released_on_a_plugin_thread_frees_the_producer(client: pjrt_py.C
     while sys.getrefcount(values) != before and time.monotonic() < deadline:
         time.sleep(0.01)
     assert sys.getrefcount(values) == before
+
+
+def test_export_after_close_raises(client: pjrt_py.Client) -> None:
+    other = pjrt_py.Client()
+    buf = other.buffer(np.ones(4, np.float32))
+    other.close()
+    with pytest.raises(ValueError, match="closed"):
+        np.from_dlpack(buf)
+    with pytest.raises(ValueError, match="closed"):
+        client.from_dlpack(buf)
+
+
+def test_threads_racing_exports_imports_and_deletes_do_not_crash() -> None:
+    result = run_python(
+        """
+        import threading, numpy as np, torch, pjrt_py
+        c = pjrt_py.Client()
+        exe = c.compile('''func.func @main(%x: tensor<1024xf32>) -> tensor<1024xf32> {
+          %0 = stablehlo.add %x, %x : tensor<1024xf32>
+          return %0 : tensor<1024xf32>
+        }''')
+        bufs = [c.buffer(np.full(1024, i, np.float32)) for i in range(64)]
+        errors = []
+        def worker(seed):
+            rng = np.random.default_rng(seed)
+            for _ in range(400):
+                b = bufs[rng.integers(64)]
+                try:
+                    kind = rng.integers(4)
+                    if kind == 0:
+                        t = torch.from_dlpack(b); float(t.sum())
+                    elif kind == 1:
+                        exe.execute(torch.from_dlpack(b))
+                    elif kind == 2:
+                        c.from_dlpack(np.from_dlpack(b)).to_numpy()
+                    else:
+                        b.delete()
+                except (ValueError, BufferError) as e:
+                    if "deleted" not in str(e):
+                        errors.append(repr(e))
+        threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        print("errors", errors[:3], len(errors))
+        """,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "errors [] 0" in result.stdout, result.stdout
