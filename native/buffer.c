@@ -241,6 +241,41 @@ static PyObject* buffer_get_device(BufferObject* b, void* unused) {
   return device;
 }
 
+static PyObject* promise_value_impl(PromiseObject* p, double timeout);
+
+/* ---- copies --------------------------------------------------------------------- */
+
+/* The PJRT object a target (a Device or Memory of b's client, as the client
+ * resolved it) stands for: its `_addr`. NULL with an exception; b is checked
+ * again, since resolving the target ran Python. Takes `target`. */
+static void* buffer_target_address(BufferObject* b, PyObject* target) {
+  if (target == NULL) return NULL;
+  PyObject* address = PyObject_GetAttrString(target, "_addr");
+  Py_DECREF(target);
+  if (address == NULL) return NULL;
+  void* pointer = PyLong_AsVoidPtr(address);
+  Py_DECREF(address);
+  if (PyErr_Occurred() || buffer_live(b) < 0) return NULL;
+  return pointer;
+}
+
+/* A BufferPromise of a new copy of b (a PJRT handle the plugin just made). */
+static PyObject* buffer_copy_promise(BufferObject* b, PJRT_Buffer* copied) {
+  BufferObject* copy = buffer_wrap(b->client, b->c, copied, b->meta);
+  if (copy == NULL) return NULL;
+  PyObject* promise = promise_of_one(copy);
+  Py_DECREF(copy);
+  return promise;
+}
+
+/* The value of a promise the caller just made, waited for; takes `promise`. */
+static PyObject* promise_waited(PyObject* promise) {
+  if (promise == NULL) return NULL;
+  PyObject* value = promise_value_impl((PromiseObject*)promise, -1);
+  Py_DECREF(promise);
+  return value;
+}
+
 /* ---- lifetime ------------------------------------------------------------------ */
 
 static PyObject* buffer_delete(BufferObject* b, PyObject* unused) {
@@ -292,8 +327,6 @@ static PyObject* buffer_is_ready(BufferObject* b, PyObject* unused) {
   event_destroy(api, args.event);
   return PyBool_FromLong(ready);
 }
-
-static PyObject* promise_value_impl(PromiseObject* p, double timeout);
 
 static PyObject* buffer_block_until_ready(BufferObject* b, PyObject* unused) {
   (void)unused;

@@ -95,33 +95,20 @@ static PyObject* buffer_array(BufferObject* b, PyObject* args, PyObject* kwargs)
 
 static PyObject* buffer_copy_to_device_async(BufferObject* b, PyObject* device) {
   if (buffer_live(b) < 0) return NULL;
-  PyObject* target = PyObject_CallMethod(b->client, "_target", "O", device);
-  if (target == NULL) return NULL;
-  PyObject* address = PyObject_GetAttrString(target, "_addr");
-  Py_DECREF(target);
-  if (address == NULL) return NULL;
-  PJRT_Device* dst = (PJRT_Device*)PyLong_AsVoidPtr(address);
-  Py_DECREF(address);
-  if (PyErr_Occurred() || buffer_live(b) < 0) return NULL; /* _target ran Python */
+  PJRT_Device* dst = (PJRT_Device*)buffer_target_address(
+      b, PyObject_CallMethod(b->client, "_target", "O", device));
+  if (dst == NULL) return NULL;
   PJRT_Buffer_CopyToDevice_Args args = {0};
   args.struct_size = PJRT_Buffer_CopyToDevice_Args_STRUCT_SIZE;
   args.buffer = b->buf;
   args.dst_device = dst;
   PJRT_Error* error = b->c->api->PJRT_Buffer_CopyToDevice(&args);
   if (error != NULL) return raise_pjrt(b->c->api, error);
-  BufferObject* copy = buffer_wrap(b->client, b->c, args.dst_buffer, b->meta);
-  if (copy == NULL) return NULL;
-  PyObject* promise = promise_of_one(copy);
-  Py_DECREF(copy);
-  return promise;
+  return buffer_copy_promise(b, args.dst_buffer);
 }
 
 static PyObject* buffer_copy_to_device(BufferObject* b, PyObject* device) {
-  PyObject* promise = buffer_copy_to_device_async(b, device);
-  if (promise == NULL) return NULL;
-  PyObject* value = promise_value_impl((PromiseObject*)promise, -1);
-  Py_DECREF(promise);
-  return value;
+  return promise_waited(buffer_copy_to_device_async(b, device));
 }
 
 static PyObject* buffer_unsafe_pointer(BufferObject* b, PyObject* unused) {

@@ -169,12 +169,8 @@ static void buffer_release_export(BufferObject* b) {
 static void export_finish(void* arg) {
   export_ctx* x = (export_ctx*)arg;
   BufferObject* b = x->owner;
-  if (x->external_ref && b->buf != NULL && b->c != NULL && state_pjrt_allowed(b->c)) {
-    PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
-    dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
-    dec.buffer = b->buf;
-    error_destroy(b->c->api, b->c->api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
-  }
+  if (x->external_ref && b->buf != NULL && b->c != NULL && state_pjrt_allowed(b->c))
+    buffer_release_memory(b);
   buffer_release_export(b);
   Py_DECREF(b);
   free(x);
@@ -209,23 +205,12 @@ static void export_capsule_destructor(PyObject* capsule) {
  * `strides` filled; else 0 (tiled, padded, or the plugin cannot say). */
 static int buffer_layout_strides(BufferObject* b, size_t ndim, const int64_t* dims,
                                  int64_t* strides) {
-  const PJRT_Api* api = b->c->api;
-  if (!PJRT_PY_HAS(api, PJRT_Buffer_GetMemoryLayout)) return 0;
-  PJRT_Buffer_GetMemoryLayout_Args l = {0};
-  l.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE;
-  l.buffer = b->buf;
-  PJRT_Error* error = api->PJRT_Buffer_GetMemoryLayout(&l);
-  if (error != NULL) {
-    error_destroy(api, error);
-    return 0;
-  }
-  if (l.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || l.layout.tiled.num_tiles != 0 ||
-      l.layout.tiled.minor_to_major_size != ndim)
-    return 0;
+  int64_t order[PJRT_PY_MAX_RANK];
+  if (!buffer_minor_to_major(b, ndim, order)) return 0;
   unsigned char seen[PJRT_PY_MAX_RANK] = {0};
   int64_t step = 1;
   for (size_t k = 0; k < ndim; ++k) {
-    int64_t axis = l.layout.tiled.minor_to_major[k];
+    int64_t axis = order[k];
     if (axis < 0 || (size_t)axis >= ndim || seen[axis]) return 0;
     seen[axis] = 1;
     strides[axis] = step;
@@ -234,23 +219,12 @@ static int buffer_layout_strides(BufferObject* b, size_t ndim, const int64_t* di
   return 1;
 }
 
-/* The buffer's minor_to_major as a tuple, or None where the layout is tiled,
- * padded or not reported. With the GIL; b is live. */
+/* The buffer's minor_to_major as a tuple, or None where the layout is tiled
+ * or not reported. With the GIL; b is live. */
 static PyObject* buffer_layout_tuple(BufferObject* b, size_t ndim) {
-  const PJRT_Api* api = b->c->api;
-  if (!PJRT_PY_HAS(api, PJRT_Buffer_GetMemoryLayout)) Py_RETURN_NONE;
-  PJRT_Buffer_GetMemoryLayout_Args l = {0};
-  l.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE;
-  l.buffer = b->buf;
-  PJRT_Error* error = api->PJRT_Buffer_GetMemoryLayout(&l);
-  if (error != NULL) {
-    error_destroy(api, error);
-    Py_RETURN_NONE;
-  }
-  if (l.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || l.layout.tiled.num_tiles != 0 ||
-      l.layout.tiled.minor_to_major_size != ndim)
-    Py_RETURN_NONE;
-  return int64_tuple(l.layout.tiled.minor_to_major, (int32_t)ndim);
+  int64_t order[PJRT_PY_MAX_RANK];
+  if (!buffer_minor_to_major(b, ndim, order)) Py_RETURN_NONE;
+  return int64_tuple(order, (int32_t)ndim);
 }
 
 /* Whether b is row-major (1) or in another layout the plugin reports (2);
@@ -327,18 +301,13 @@ static int buffer_read_permuted(BufferObject* b, PyArrayObject* array) {
   Py_DECREF(ready);
   if (buffer_live(b) < 0) return -1; /* the wait let other threads run */
   const PJRT_Api* api = b->c->api;
-  PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
-  inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;
-  inc.buffer = b->buf;
-  PJRT_Error* error = api->PJRT_Buffer_IncreaseExternalReferenceCount(&inc);
+  PJRT_Error* error = buffer_hold_memory(b);
   if (error != NULL) {
     raise_pjrt(api, error);
     return -1;
   }
-  PJRT_Buffer_UnsafePointer_Args at = {0};
-  at.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
-  at.buffer = b->buf;
-  error = api->PJRT_Buffer_UnsafePointer(&at);
+  void* data = NULL;
+  error = buffer_data_address(b, &data);
   int copied = -1;
   if (error != NULL) {
     raise_pjrt(api, error);
@@ -349,17 +318,13 @@ static int buffer_read_permuted(BufferObject* b, PyArrayObject* array) {
     PyArray_Descr* descr = PyArray_DESCR(array);
     Py_INCREF(descr);
     PyObject* source = PyArray_NewFromDescr(&PyArray_Type, descr, (int)ndim, PyArray_DIMS(array),
-                                            byte_strides, (void*)(uintptr_t)at.buffer_pointer,
-                                            0, NULL);
+                                            byte_strides, data, 0, NULL);
     if (source != NULL) {
       copied = PyArray_CopyInto(array, (PyArrayObject*)source) < 0 ? -1 : 1;
       Py_DECREF(source);
     }
   }
-  PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
-  dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
-  dec.buffer = b->buf;
-  error_destroy(api, api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
+  buffer_release_memory(b);
   return copied;
 }
 
@@ -392,10 +357,7 @@ static PyObject* buffer_dlpack_export(BufferObject* b, PyObject* args) {
   }
   PJRT_Error* error = NULL;
   if (PJRT_PY_HAS(api, PJRT_Buffer_IncreaseExternalReferenceCount)) {
-    PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
-    inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;
-    inc.buffer = b->buf;
-    error = api->PJRT_Buffer_IncreaseExternalReferenceCount(&inc);
+    error = buffer_hold_memory(b);
     if (error != NULL) {
       free(x);
       return raise_pjrt(api, error);
@@ -403,26 +365,9 @@ static PyObject* buffer_dlpack_export(BufferObject* b, PyObject* args) {
     x->external_ref = 1;
   }
   void* data = NULL;
-  if (PJRT_PY_HAS(api, PJRT_Buffer_OpaqueDeviceMemoryDataPointer)) {
-    PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args at = {0};
-    at.struct_size = PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args_STRUCT_SIZE;
-    at.buffer = b->buf;
-    error = api->PJRT_Buffer_OpaqueDeviceMemoryDataPointer(&at);
-    data = at.device_memory_ptr;
-  } else {
-    PJRT_Buffer_UnsafePointer_Args at = {0};
-    at.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
-    at.buffer = b->buf;
-    error = api->PJRT_Buffer_UnsafePointer(&at);
-    data = (void*)(uintptr_t)at.buffer_pointer;
-  }
+  error = buffer_data_address(b, &data);
   if (error != NULL) {
-    if (x->external_ref) {
-      PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
-      dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
-      dec.buffer = b->buf;
-      error_destroy(api, api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
-    }
+    if (x->external_ref) buffer_release_memory(b);
     free(x);
     return raise_pjrt(api, error);
   }

@@ -200,6 +200,26 @@ static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArray
 
 /* ---- device to host ------------------------------------------------------------ */
 
+/* b's on-device layout as minor_to_major (ndim entries) where it is untiled:
+ * 1, else 0 (tiled, another rank, or the plugin cannot say). With the GIL. */
+static int buffer_minor_to_major(BufferObject* b, size_t ndim, int64_t* minor_to_major) {
+  const PJRT_Api* api = b->c->api;
+  if (!PJRT_PY_HAS(api, PJRT_Buffer_GetMemoryLayout)) return 0;
+  PJRT_Buffer_GetMemoryLayout_Args l = {0};
+  l.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE;
+  l.buffer = b->buf;
+  PJRT_Error* error = api->PJRT_Buffer_GetMemoryLayout(&l);
+  if (error != NULL) {
+    error_destroy(api, error);
+    return 0;
+  }
+  if (l.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || l.layout.tiled.num_tiles != 0 ||
+      l.layout.tiled.minor_to_major_size != ndim)
+    return 0;
+  for (size_t i = 0; i < ndim; ++i) minor_to_major[i] = l.layout.tiled.minor_to_major[i];
+  return 1;
+}
+
 /* Whether b's memory is host memory, dense row-major and `size` bytes long:
  * then it can be read directly. Asked once per buffer. */
 static int buffer_is_dense_on_host(BufferObject* b, size_t size, size_t ndim) {
@@ -217,19 +237,10 @@ static int buffer_is_dense_on_host(BufferObject* b, size_t size, size_t ndim) {
     error_destroy(api, error);
     return 0;
   }
-  PJRT_Buffer_GetMemoryLayout_Args l = {0};
-  l.struct_size = PJRT_Buffer_GetMemoryLayout_Args_STRUCT_SIZE;
-  l.buffer = b->buf;
-  error = api->PJRT_Buffer_GetMemoryLayout(&l);
-  if (error != NULL) {
-    error_destroy(api, error);
-    return 0;
-  }
-  if (l.layout.type != PJRT_Buffer_MemoryLayout_Type_Tiled || l.layout.tiled.num_tiles != 0 ||
-      l.layout.tiled.minor_to_major_size != ndim)
-    return 0;
+  int64_t order[PJRT_PY_MAX_RANK];
+  if (!buffer_minor_to_major(b, ndim, order)) return 0;
   for (size_t i = 0; i < ndim; ++i)
-    if (l.layout.tiled.minor_to_major[i] != (int64_t)(ndim - 1 - i)) return 0;
+    if (order[i] != (int64_t)(ndim - 1 - i)) return 0;
   PJRT_Buffer_OnDeviceSizeInBytes_Args z = {0};
   z.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE;
   z.buffer = b->buf;
@@ -272,6 +283,43 @@ static int buffer_ready_ok(BufferObject* b) {
   return ok;
 }
 
+/* ---- holding a buffer's memory -------------------------------------------------- */
+
+/* Takes a PJRT external reference on b's handle: until it is dropped, the
+ * memory stays where it is and the plugin will not donate it. */
+static PJRT_Error* buffer_hold_memory(BufferObject* b) {
+  PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
+  inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;
+  inc.buffer = b->buf;
+  return b->c->api->PJRT_Buffer_IncreaseExternalReferenceCount(&inc);
+}
+
+static void buffer_release_memory(BufferObject* b) {
+  PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
+  dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
+  dec.buffer = b->buf;
+  error_destroy(b->c->api, b->c->api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
+}
+
+/* The address of b's data (valid while an external reference is held). */
+static PJRT_Error* buffer_data_address(BufferObject* b, void** data) {
+  const PJRT_Api* api = b->c->api;
+  if (PJRT_PY_HAS(api, PJRT_Buffer_OpaqueDeviceMemoryDataPointer)) {
+    PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args at = {0};
+    at.struct_size = PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args_STRUCT_SIZE;
+    at.buffer = b->buf;
+    PJRT_Error* error = api->PJRT_Buffer_OpaqueDeviceMemoryDataPointer(&at);
+    *data = at.device_memory_ptr;
+    return error;
+  }
+  PJRT_Buffer_UnsafePointer_Args at = {0};
+  at.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
+  at.buffer = b->buf;
+  PJRT_Error* error = api->PJRT_Buffer_UnsafePointer(&at);
+  *data = (void*)(uintptr_t)at.buffer_pointer;
+  return error;
+}
+
 /* The CPU fast path of a device-to-host copy: if b is ready and its memory
  * is dense host memory, copy `size` bytes into dst now, under an external
  * reference (which also makes the plugin refuse to donate b meanwhile), and
@@ -281,18 +329,13 @@ static int buffer_read_direct(BufferObject* b, void* dst, size_t size, size_t nd
   if (!b->c->cpu || !buffer_ready_ok(b)) return 0;
   if (buffer_dense_state(b, size, ndim) != 1) return 0;
   const PJRT_Api* api = b->c->api;
-  PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
-  inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;
-  inc.buffer = b->buf;
-  PJRT_Error* error = api->PJRT_Buffer_IncreaseExternalReferenceCount(&inc);
+  PJRT_Error* error = buffer_hold_memory(b);
   if (error != NULL) {
     error_destroy(api, error);
     return 0;
   }
-  PJRT_Buffer_UnsafePointer_Args at = {0};
-  at.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
-  at.buffer = b->buf;
-  error = api->PJRT_Buffer_UnsafePointer(&at);
+  void* src = NULL;
+  error = buffer_data_address(b, &src);
   int copied = error == NULL;
   error_destroy(api, error);
   /* A large copy runs without the GIL, with b pinned: a delete() from
@@ -304,15 +347,12 @@ static int buffer_read_direct(BufferObject* b, void* dst, size_t size, size_t nd
     client_enter_checked(c); /* b is live (checked above): c takes work */
     b->pins++;
     Py_BEGIN_ALLOW_THREADS
-    memcpy(dst, (const void*)at.buffer_pointer, size);
+    memcpy(dst, src, size);
     Py_END_ALLOW_THREADS
   } else if (copied) {
-    memcpy(dst, (const void*)at.buffer_pointer, size);
+    memcpy(dst, src, size);
   }
-  PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
-  dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
-  dec.buffer = b->buf;
-  error_destroy(api, api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
+  buffer_release_memory(b);
   if (unlocked) {
     buffer_unpin(b); /* frees the handle now if another thread deleted b */
     client_leave(c);
