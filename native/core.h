@@ -161,6 +161,9 @@ static int state_check_usable(const pjrt_py_client* c, const char* what);
 static bool gate_enter(void);
 static void gate_leave(void);
 
+/* dlpack.c */
+static void deferred_after_fork(void);
+
 /* client_ref.c */
 static void client_ref(pjrt_py_client* c);
 static void client_unref(pjrt_py_client* c);

@@ -94,6 +94,14 @@ static deferred* g_deferred = NULL;
 static size_t g_deferred_len = 0, g_deferred_cap = 0;
 static int g_deferred_scheduled = 0;
 
+/* In a child made by fork(): a PJRT thread of the parent may have held the
+ * lock, and the interpreter's pending call is not ours to count on. The
+ * queued releases stay; the next release or drain runs them. */
+static void deferred_after_fork(void) {
+  pthread_mutex_init(&g_deferred_mu, NULL);
+  g_deferred_scheduled = 0;
+}
+
 /* Runs the queued releases. With the GIL. */
 static int deferred_drain(void* unused) {
   (void)unused;

@@ -196,6 +196,7 @@ static PyObject* core_after_fork_in_child(PyObject* self, PyObject* unused) {
   pthread_mutex_init(&g_release_mu, NULL);
   g_released = NULL;
   g_holds = 0;
+  deferred_after_fork(); /* DLPack releases queued for the interpreter (dlpack.c) */
   Py_RETURN_NONE;
 }
 

@@ -74,6 +74,10 @@ def wait_child(pid, seconds=20.0):
         if done:
             return os.waitstatus_to_exitcode(status)
         time.sleep(0.01)
+    # Hung: SIGABRT first, so faulthandler (PYTHONFAULTHANDLER) prints where
+    # the child's threads are to the stderr the test reports.
+    os.kill(pid, signal.SIGABRT)
+    time.sleep(2)
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     return "hung"
