@@ -24,6 +24,7 @@
 #include "promise_types.c"
 #include "loaded.c"
 #include "foreign.c"
+#include "ffi.c"
 #include "executable.c"
 #include "client.c"
 
@@ -100,6 +101,8 @@ static PyMethodDef core_functions[] = {
      NULL},
     {"generation", core_generation, METH_NOARGS, NULL},
     {"set_dlpack_codes", core_set_dlpack_codes, METH_O, NULL},
+    {"ffi_register", core_ffi_register, METH_VARARGS,
+     "ffi_register(api, name, handler, platform) -> 0, or 1/2 when the plugin has no way"},
     {"drain_releases", core_drain_releases, METH_NOARGS,
      "Run the DLPack releases queued by threads without the GIL (tests)."},
     {"dlpack_unpack", core_dlpack_unpack, METH_O,

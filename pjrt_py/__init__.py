@@ -43,6 +43,7 @@ from .errors import (
     UnsupportedError,
 )
 from .executable import Executable, MemoryStats
+from .ffi import register_ffi_target
 from .jit import Jitted, Lowered, jit
 from .memory import Memory
 from .plugin import Plugin, PluginInfo, load_plugin, plugins
@@ -114,6 +115,7 @@ def is_ready(x: Any) -> bool:
 
 __all__ = [
     "Memory",
+    "register_ffi_target",
     "from_dlpack",
     "to_jax",
     "to_torch",

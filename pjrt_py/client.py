@@ -24,8 +24,9 @@ from .compile_options import (
 from .compiled import CompiledProgram
 from .device import Device
 from .dlpack import import_dlpack
-from .errors import PjrtError, SerializationError
+from .errors import NotFoundError, PjrtError, SerializationError
 from .executable import Executable
+from .ffi import explain_compile_error
 from .isolate import IsolatedCompiler, env_default
 from .memory import Memory, require_memories, resolve
 from .mlir_text import bytecode_to_text, check_program, main_signature
@@ -360,14 +361,20 @@ class Client(_core.ClientCore):
         prog.code, prog.code_size = code_buf, len(code)
         prog.format, prog.format_size = fmt, 4
         opts = ffi.new("char[]", options)
-        return self._loaded(
-            "PJRT_Client_Compile",
-            "executable",
-            signature,
-            program=prog,
-            compile_options=opts,
-            compile_options_size=len(options),
-        )
+        try:
+            return self._loaded(
+                "PJRT_Client_Compile",
+                "executable",
+                signature,
+                program=prog,
+                compile_options=opts,
+                compile_options_size=len(options),
+            )
+        except NotFoundError as e:  # a custom-call target the plugin would not run
+            explained = explain_compile_error(self, e)
+            if explained is e:
+                raise
+            raise explained from e
 
     def _loaded(
         self, function: str, result: str, signature: list[ArgSpec] | None, **fields: Any

@@ -17,6 +17,7 @@ DEVICES_DOC = ROOT / "docs" / "devices.md"
 EFFECTS_DOC = ROOT / "docs" / "effects.md"
 LIFETIMES_DOC = ROOT / "docs" / "lifetimes.md"
 INTEROP_DOC = ROOT / "docs" / "interop.md"
+CALLBACKS_DOC = ROOT / "docs" / "callbacks.md"
 SGD_EXAMPLE = ROOT / "examples" / "data_parallel_sgd.py"
 
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
@@ -72,7 +73,14 @@ def test_async_doc_code_block_runs(index: int) -> None:
 @pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # jax's, from other tests
 @pytest.mark.parametrize(
     ("doc", "min_blocks"),
-    [(AOT_DOC, 6), (DEVICES_DOC, 4), (EFFECTS_DOC, 3), (LIFETIMES_DOC, 5), (INTEROP_DOC, 10)],
+    [
+        (AOT_DOC, 6),
+        (DEVICES_DOC, 4),
+        (EFFECTS_DOC, 3),
+        (LIFETIMES_DOC, 5),
+        (INTEROP_DOC, 10),
+        (CALLBACKS_DOC, 1),
+    ],
 )
 def test_walk_through_doc_runs_top_to_bottom(doc: Path, min_blocks: int) -> None:
     # These pages are walk-throughs: later blocks use what earlier ones made.
