@@ -73,15 +73,22 @@ static int buffer_pin(BufferObject* b) {
   return 0;
 }
 
+/* Frees the handle of a buffer dead to Python once nothing uses it: no call
+ * (pins) and no DLPack export lending its memory (exports, dlpack.c). */
+static void buffer_free_if_unused(BufferObject* b) {
+  if (b->pins == 0 && b->exports == 0 && b->state != BUF_LIVE) buffer_free_handle(b);
+}
+
 static void buffer_unpin(BufferObject* b) {
-  if (--b->pins == 0 && b->exports == 0 && b->state != BUF_LIVE) buffer_free_handle(b);
+  b->pins--;
+  buffer_free_if_unused(b);
 }
 
 /* Makes b dead to Python; frees the handle now, or when the last call using
  * it (unpin) or the last DLPack export lending its memory (dlpack.c) ends. */
 static void buffer_retire(BufferObject* b, int state) {
   if (b->state == BUF_LIVE) b->state = (unsigned char)state;
-  if (b->pins == 0 && b->exports == 0) buffer_free_handle(b);
+  buffer_free_if_unused(b);
 }
 
 static void buffer_dealloc(BufferObject* b) {

@@ -169,17 +169,14 @@ typedef struct {
   int64_t dims[];       /* shape, then strides */
 } export_ctx;
 
-static void buffer_release_export(BufferObject* b) {
-  if (--b->exports == 0 && b->pins == 0 && b->state != BUF_LIVE) buffer_free_handle(b);
-}
-
 /* Ends one export. With the GIL. */
 static void export_finish(void* arg) {
   export_ctx* x = (export_ctx*)arg;
   BufferObject* b = x->owner;
   if (x->external_ref && b->buf != NULL && b->c != NULL && state_pjrt_allowed(b->c))
     buffer_release_memory(b);
-  buffer_release_export(b);
+  b->exports--;
+  buffer_free_if_unused(b);
   Py_DECREF(b);
   free(x);
 }
@@ -227,42 +224,38 @@ static int buffer_layout_strides(BufferObject* b, size_t ndim, const int64_t* di
   return 1;
 }
 
-/* The buffer's minor_to_major as a tuple, or None where the layout is tiled
- * or not reported. With the GIL; b is live. */
-static PyObject* buffer_layout_tuple(BufferObject* b, size_t ndim) {
-  int64_t order[PJRT_PY_MAX_RANK];
-  if (!buffer_minor_to_major(b, ndim, order)) Py_RETURN_NONE;
-  return int64_tuple(order, (int32_t)ndim);
-}
-
 /* Whether b is row-major (1) or in another layout the plugin reports (2);
  * asked once. A plugin that cannot say counts as row-major: its buffers are
  * what it made them. With the GIL; b is live. */
 static int buffer_row_major_state(BufferObject* b, size_t ndim) {
   if (b->row_major != 0) return b->row_major;
-  PyObject* layout = buffer_layout_tuple(b, ndim);
   int state = 1;
-  if (layout != NULL && layout != Py_None) {
-    for (size_t k = 0; k < ndim; ++k) {
-      if (PyLong_AsLongLong(PyTuple_GetItem(layout, (Py_ssize_t)k)) != (long long)(ndim - 1 - k))
-        state = 2;
-    }
-  } else if (layout != NULL && PJRT_PY_HAS(b->c->api, PJRT_Buffer_GetMemoryLayout)) {
-    state = 2; /* tiled or padded */
+  if (PJRT_PY_HAS(b->c->api, PJRT_Buffer_GetMemoryLayout)) {
+    int64_t order[PJRT_PY_MAX_RANK];
+    if (!buffer_minor_to_major(b, ndim, order)) state = 2; /* tiled or padded */
+    for (size_t k = 0; state == 1 && k < ndim; ++k)
+      if (order[k] != (int64_t)(ndim - 1 - k)) state = 2;
   }
-  if (layout == NULL) PyErr_Clear();
-  Py_XDECREF(layout);
   b->row_major = (unsigned char)state;
   return state;
 }
 
-/* _layout(): minor_to_major of the buffer's on-device layout, or None. */
+/* _layout(): minor_to_major of the buffer's on-device layout, or None where
+ * it is tiled or not reported. A buffer known to be row-major (made so, or
+ * asked before) is not asked again. */
 static PyObject* buffer_get_layout(BufferObject* b, PyObject* unused) {
   (void)unused;
   if (buffer_live(b) < 0) return NULL;
   PyObject* meta = buffer_meta(b);
   if (meta == NULL) return NULL;
-  return buffer_layout_tuple(b, (size_t)PyTuple_Size(PyTuple_GetItem(meta, 0)));
+  size_t ndim = (size_t)PyTuple_Size(PyTuple_GetItem(meta, 0));
+  int64_t order[PJRT_PY_MAX_RANK];
+  if (b->row_major == 1 && PJRT_PY_HAS(b->c->api, PJRT_Buffer_GetMemoryLayout)) {
+    for (size_t k = 0; k < ndim; ++k) order[k] = (int64_t)(ndim - 1 - k);
+  } else if (!buffer_minor_to_major(b, ndim, order)) {
+    Py_RETURN_NONE;
+  }
+  return int64_tuple(order, (int32_t)ndim);
 }
 
 /* The buffer's dims (from its metadata) into `dims`; its rank, or -1. */
