@@ -28,7 +28,7 @@ from .errors import NotFoundError, PjrtError, SerializationError
 from .executable import Executable
 from .ffi import explain_compile_error
 from .isolate import IsolatedCompiler, env_default
-from .memory import Memory, require_memories, resolve
+from .memory import Memory, of_client, require_memories, resolve
 from .mlir_text import bytecode_to_text, check_program, main_signature
 from .plugin import Plugin, address, encode_named_values, load_plugin, plugin_info
 from .program import ArgSpec
@@ -173,13 +173,7 @@ class Client(_core.ClientCore):
         self.plugin.require("PJRT_Buffer_CopyToMemory")
         if isinstance(memory, str):
             return resolve(buffer.device, memory)
-        if not isinstance(memory, Memory):
-            raise TypeError(
-                f"memory must be a pjrt_py.Memory or a kind string, got {type(memory).__name__}"
-            )
-        if memory.client is not self:
-            raise ValueError(f"{memory!r} belongs to another client")
-        return memory
+        return of_client(self, memory)  # any device's: a copy may cross devices
 
     def _check_open(self) -> None:
         reason = self._closed_reason(None)  # closed, inherited over fork, or exiting

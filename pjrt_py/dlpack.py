@@ -33,7 +33,7 @@ import ml_dtypes
 import numpy as np
 
 from . import _core
-from .buffer import Buffer, host_to_device
+from .buffer import ZERO_COPY_ALIGNMENT, Buffer, host_to_device
 from .dtypes import pjrt_type
 from .promise import BufferPromise
 
@@ -81,8 +81,9 @@ TO_DLPACK: dict[np.dtype[Any], tuple[int, int]] = {np.dtype(d): c for d, c in _C
 FROM_DLPACK: dict[tuple[int, int], np.dtype[Any]] = {c: np.dtype(d) for d, c in _CODES}
 _FIRST_MINOR_WITH = {np.dtype(d): 1 for d, (code, _) in _CODES if code >= 7}  # float8: 1.1
 
-# XLA's CPU client views only memory this aligned (PJRT says so otherwise).
-VIEW_ALIGNMENT = 64
+# XLA's CPU client views only memory this aligned (PJRT says so otherwise):
+# the same minimum as a zero-copy host buffer.
+VIEW_ALIGNMENT = ZERO_COPY_ALIGNMENT
 
 
 # ---- export ---------------------------------------------------------------------

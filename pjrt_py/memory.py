@@ -98,6 +98,17 @@ def default_memory(device: Device) -> Memory:
     return client._memory_for(address(args.memory))
 
 
+def of_client(client: Owner, memory: Any) -> Memory:
+    """``memory``, checked to be a Memory of ``client``."""
+    if not isinstance(memory, Memory):
+        raise TypeError(
+            f"memory must be a pjrt_py.Memory or a memory kind string, got {type(memory).__name__}"
+        )
+    if memory.client is not client:
+        raise ValueError(f"{memory!r} belongs to another client")
+    return memory
+
+
 def resolve(device: Device, memory: Memory | str) -> Memory:
     """A Memory of ``device``: a Memory (checked) or a kind of the device's memories."""
     if isinstance(memory, str):
@@ -106,15 +117,10 @@ def resolve(device: Device, memory: Memory | str) -> Memory:
             kinds = ", ".join(repr(m.kind) for m in device.memories)
             raise ValueError(f"{device!r} has no memory of kind {memory!r} (it has {kinds})")
         return found[0]
-    if not isinstance(memory, Memory):
-        raise TypeError(
-            f"memory must be a pjrt_py.Memory or a memory kind string, got {type(memory).__name__}"
-        )
-    if memory.client is not device.client:
-        raise ValueError(f"{memory!r} belongs to another client")
+    memory = of_client(device.client, memory)
     if all(m is not memory for m in device.memories):
         raise ValueError(f"{memory!r} is not addressable by {device!r}")
     return memory
 
 
-__all__ = ["Memory", "default_memory", "device_memories", "resolve"]
+__all__ = ["Memory", "default_memory", "device_memories", "of_client", "resolve"]
