@@ -313,14 +313,18 @@ def import_dlpack(client: _Client, x: Any, device: Device | None, copy: bool | N
     if isinstance(x, np.ndarray):
         # Taken directly: numpy cannot export ml_dtypes' types (bfloat16,
         # float8) through DLPack, and this needs no capsule.
-        aligned = x.flags.c_contiguous and x.ctypes.data % VIEW_ALIGNMENT == 0 and x.size
-        if copy is False and not aligned:
+        viewable = (
+            client.platform_name == "cpu"
+            and x.size > 0
+            and x.flags.c_contiguous
+            and x.ctypes.data % VIEW_ALIGNMENT == 0
+        )
+        if copy is False and not viewable:
             raise BufferError(
-                f"cannot use this {x.dtype} array without a copy (copy=False): it is not a "
-                f"{VIEW_ALIGNMENT}-byte aligned C-contiguous array"
+                f"cannot use this {x.dtype} array without a copy (copy=False): only a non-empty, "
+                f"{VIEW_ALIGNMENT}-byte aligned C-contiguous array on a CPU client is used in place"
             )
-        zero_copy = bool(aligned) and not copy and client.platform_name == "cpu"
-        return host_to_device(client, x, device, zero_copy).buffer()
+        return host_to_device(client, x, device, viewable and not copy).buffer()
     return place(client, Foreign(x), device, copy)
 
 
