@@ -48,7 +48,8 @@ static int foreign_matches(const dlp_tensor* t, PyObject* expect, int* type) {
     return 0;
   if (t->device.device_type != 1 || t->ndim != PyTuple_Size(shape)) return 0;
   const char* data = (const char*)t->data + t->byte_offset;
-  if (t->data == NULL || ((uintptr_t)data & 63) != 0) return 0;
+  /* XLA's CPU client views only 64-byte aligned memory (ZERO_COPY_ALIGNMENT in buffer.py) */
+  if (t->data == NULL || ((uintptr_t)data % 64) != 0) return 0;
   int64_t step = 1;
   for (int i = t->ndim - 1; i >= 0; --i) {
     int64_t d = PyLong_AsLongLong(PyTuple_GetItem(shape, i));
