@@ -114,6 +114,10 @@ static int barrier_wait_slice(pjrt_py_client* c, long closed) {
 static PyObject* core_effects_barrier(PyObject* self, PyObject* unused) {
   (void)self;
   (void)unused;
+  if (t_in_host_callback > 0) /* it would wait for the execution running this callback */
+    return PyErr_Format(PyExc_RuntimeError,
+                        "effects_barrier() inside a host callback would wait for the execution "
+                        "that runs the callback");
   /* Take a reference on each client, under the registry lock, so that a
    * concurrent close() or the reaper cannot free one while this waits. */
   size_t n = 0, cap = 8;

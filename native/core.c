@@ -25,6 +25,7 @@
 #include "loaded.c"
 #include "foreign.c"
 #include "ffi.c"
+#include "host_callback.c"
 #include "executable.c"
 #include "client.c"
 
@@ -108,6 +109,13 @@ static PyMethodDef core_functions[] = {
     {"dlpack_unpack", core_dlpack_unpack, METH_O,
      "dlpack_unpack(capsule) -> DLPackTensor, taking the producer's tensor."},
     {"live_clients", core_live_clients, METH_NOARGS, NULL},
+    {"host_callback_setup", core_host_callback_setup, METH_VARARGS,
+     "host_callback_setup(dtypes, routes, format_error) -> number of slots"},
+    {"host_callback_set", core_host_callback_set, METH_VARARGS,
+     "host_callback_set(slot, fn, name, copy) -> the slot's XLA FFI handler address"},
+    {"host_callback_calls", core_host_callback_calls, METH_NOARGS, NULL},
+    {"in_host_callback", core_in_host_callback, METH_NOARGS,
+     "Whether this thread is inside a host callback."},
     {NULL, NULL, 0, NULL},
 };
 

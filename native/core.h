@@ -221,6 +221,11 @@ static PyObject* promise_of_array(pjrt_py_client* c, PyObject* array, PyObject* 
 static PyObject* promise_of_completion(pjrt_py_client* c, PJRT_Event* event);
 
 /* hooks set from Python (core.c) */
+/* How deep this thread is in host callbacks (host_callback.c): Python run by
+ * a program. Waiting there without a bound for other work could wait for
+ * the very plugin thread that is waiting (wait_event refuses). */
+static _Thread_local int t_in_host_callback = 0;
+
 static PyObject* hook_await;          /* promise -> awaitable */
 static PyObject* hook_callback_error; /* (fn, exception) -> None: reports it */
 

@@ -44,6 +44,7 @@ from .errors import (
 )
 from .executable import Executable, MemoryStats
 from .ffi import register_ffi_target
+from .host_callback import in_host_callback, register_callback
 from .jit import Jitted, Lowered, jit
 from .memory import Memory
 from .plugin import Plugin, PluginInfo, load_plugin, plugins
@@ -116,6 +117,8 @@ def is_ready(x: Any) -> bool:
 __all__ = [
     "Memory",
     "register_ffi_target",
+    "register_callback",
+    "in_host_callback",
     "from_dlpack",
     "to_jax",
     "to_torch",

@@ -1,0 +1,610 @@
+/* Python host callbacks: the XLA FFI handler that runs a Python function.
+ *
+ * A program calls `stablehlo.custom_call @name(...) {api_version = 4 : i32}`;
+ * the plugin calls the handler registered under `name` on one of its threads
+ * (or inline, on the dispatching thread) with an XLA FFI call frame. The call
+ * frame does not carry the target's name, so each name gets a handler of its
+ * own: a fixed pool of HC_SLOTS trampolines, each passing its slot number to
+ * hc_handle(). Registration with XLA is permanent, but the Python function
+ * in a slot can be replaced.
+ *
+ * Slot 0 is the router for jax's callbacks (pjrt_py.jit): jax numbers its
+ * callbacks with an `index` attribute; pjrt_py rewrites that to a key of its
+ * own and maps keys to the callables in g_hc_routes.
+ *
+ * A call: enter the gate (never Python once the exit sequence has begun),
+ * take the GIL, wrap each operand as a read-only numpy array, call the
+ * function with the custom call's attributes as keyword arguments, check each
+ * returned array's shape and dtype against the result buffer and copy it in.
+ * Any failure returns an XLA FFI error whose message names the callback; the
+ * plugin fails the execution with it, so it surfaces as a PjrtError where the
+ * results are read. Exceptions never propagate into the plugin.
+ *
+ * Operands are views of XLA's memory, valid during the call only. A view (or
+ * an array derived from it) still referenced when the function returns would
+ * read freed memory later, so the call fails instead ("copy=True", or
+ * np.array(x) inside the function, keeps the data). Derived views name the
+ * same base object (numpy collapses bases to the first non-array), so one
+ * reference count per call detects every escape.
+ *
+ * Struct layouts are XLA FFI API 0.x's (see ffi.c): the call frame's prefix
+ * and XLA_FFI_Api's prefix up to XLA_FFI_Error_Create have not changed since
+ * the API was versioned. */
+
+enum {
+  HC_SLOTS = 256,
+  HC_MAX_TYPE = 64,
+  /* XLA_FFI_DataType (xla::PrimitiveType numbers) */
+  HC_PRED = 1,
+  HC_S8 = 2,
+  HC_S16 = 3,
+  HC_S32 = 4,
+  HC_S64 = 5,
+  HC_U8 = 6,
+  HC_U16 = 7,
+  HC_U32 = 8,
+  HC_U64 = 9,
+  HC_F32 = 11,
+  HC_F64 = 12,
+  HC_TOKEN = 17,
+  /* XLA_FFI_AttrType */
+  HC_ATTR_ARRAY = 1,
+  HC_ATTR_DICTIONARY = 2,
+  HC_ATTR_SCALAR = 3,
+  HC_ATTR_STRING = 4,
+  /* XLA_FFI_Error_Code */
+  HC_CANCELLED = 1,
+  HC_UNKNOWN = 2,
+  HC_INVALID_ARGUMENT = 3,
+  HC_NOT_FOUND = 5,
+  HC_FAILED_PRECONDITION = 9,
+  HC_UNAVAILABLE = 14,
+};
+
+typedef struct {
+  size_t struct_size;
+  ffi_ext_base* extension_start;
+  const char* message;
+  int errc;
+} hc_error_args;
+
+typedef struct {
+  size_t struct_size;
+  ffi_ext_base* extension_start;
+  ffi_api_version api_version;
+  void* internal_api;
+  void* (*error_create)(hc_error_args*);
+} hc_api;
+
+typedef struct {
+  size_t struct_size;
+  ffi_ext_base* extension_start;
+  int64_t size;
+  int* types; /* XLA_FFI_ArgType / RetType: 1 = buffer */
+  void** items;
+} hc_list;
+
+typedef struct {
+  const char* ptr;
+  size_t len;
+} hc_span;
+
+typedef struct {
+  size_t struct_size;
+  ffi_ext_base* extension_start;
+  int64_t size;
+  int* types;
+  hc_span** names;
+  void** attrs;
+} hc_attrs;
+
+typedef struct {
+  size_t struct_size;
+  ffi_ext_base* extension_start;
+  const hc_api* api;
+  void* ctx;
+  int stage;
+  hc_list args;
+  hc_list rets;
+  hc_attrs attrs;
+} hc_frame;
+
+typedef struct {
+  size_t struct_size;
+  ffi_ext_base* extension_start;
+  int dtype;
+  void* data;
+  int64_t rank;
+  int64_t* dims;
+} hc_buffer;
+
+typedef struct {
+  int dtype;
+  void* value;
+} hc_scalar;
+
+typedef struct {
+  int dtype;
+  size_t size;
+  void* data;
+} hc_array;
+
+typedef struct {
+  PyObject* fn;   /* the function; NULL: free slot */
+  PyObject* name; /* str, for messages */
+  int copy;       /* operands copied rather than viewed */
+} hc_slot;
+
+static hc_slot g_hc_slots[HC_SLOTS];
+static PyObject* g_hc_dtype[HC_MAX_TYPE]; /* XLA type -> numpy dtype */
+static PyObject* g_hc_routes;             /* dict: key -> jax's callable (slot 0) */
+static PyObject* g_hc_format_error;       /* (name, exception) -> str */
+static long g_hc_calls = 0; /* completed calls into Python, for tests */
+
+/* A failed call: what to tell XLA. */
+typedef struct {
+  int code;
+  char* message; /* malloc'd; NULL: no failure */
+} hc_failure;
+
+static void hc_fail(hc_failure* f, int code, PyObject* text) {
+  if (f->message != NULL || text == NULL) {
+    Py_XDECREF(text);
+    return;
+  }
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(text, &size);
+  if (utf8 == NULL) {
+    PyErr_Clear();
+    utf8 = "host callback failed (message not printable)";
+    size = (Py_ssize_t)strlen(utf8);
+  }
+  f->message = (char*)malloc((size_t)size + 1);
+  if (f->message != NULL) {
+    memcpy(f->message, utf8, (size_t)size);
+    f->message[size] = '\0';
+  }
+  f->code = code;
+  Py_DECREF(text);
+}
+
+/* The Python exception now set, as a failure (its message from the hook, with
+ * the traceback summary). A KeyboardInterrupt is delivered again to the main
+ * thread, so Ctrl-C is not swallowed by a plugin thread. */
+static void hc_fail_exception(hc_failure* f, PyObject* name, int code) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb != NULL && value != NULL) PyException_SetTraceback(value, tb);
+  int interrupt = value != NULL && PyErr_GivenExceptionMatches(value, PyExc_KeyboardInterrupt);
+  PyObject* text = NULL;
+  if (g_hc_format_error != NULL && value != NULL)
+    text = PyObject_CallFunctionObjArgs(g_hc_format_error, name, value, NULL);
+  if (text == NULL || !PyUnicode_Check(text)) {
+    PyErr_Clear();
+    Py_XDECREF(text);
+    text = PyUnicode_FromFormat("host callback %R raised an exception", name);
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  hc_fail(f, interrupt ? HC_CANCELLED : code, text);
+  if (interrupt) PyErr_SetInterrupt();
+  PyErr_Clear();
+}
+
+static PyObject* hc_descr(int dtype) {
+  return dtype > 0 && dtype < HC_MAX_TYPE ? g_hc_dtype[dtype] : NULL;
+}
+
+/* ---- attributes ---------------------------------------------------------- */
+
+static PyObject* hc_attrs_dict(const hc_attrs* attrs, int depth);
+
+static PyObject* hc_scalar_value(const hc_scalar* s) {
+  const void* v = s->value;
+  switch (s->dtype) {
+    case HC_PRED: return PyBool_FromLong(*(const uint8_t*)v != 0);
+    case HC_S8: return PyLong_FromLong(*(const int8_t*)v);
+    case HC_S16: return PyLong_FromLong(*(const int16_t*)v);
+    case HC_S32: return PyLong_FromLong(*(const int32_t*)v);
+    case HC_S64: return PyLong_FromLongLong(*(const int64_t*)v);
+    case HC_U8: return PyLong_FromUnsignedLong(*(const uint8_t*)v);
+    case HC_U16: return PyLong_FromUnsignedLong(*(const uint16_t*)v);
+    case HC_U32: return PyLong_FromUnsignedLong(*(const uint32_t*)v);
+    case HC_U64: return PyLong_FromUnsignedLongLong(*(const uint64_t*)v);
+    case HC_F32: return PyFloat_FromDouble(*(const float*)v);
+    case HC_F64: return PyFloat_FromDouble(*(const double*)v);
+    default: break;
+  }
+  PyObject* descr = hc_descr(s->dtype);
+  if (descr == NULL)
+    return PyErr_Format(PyExc_TypeError, "an attribute has element type %d, which numpy lacks",
+                        s->dtype);
+  Py_INCREF(descr);
+  return PyArray_Scalar((void*)v, (PyArray_Descr*)descr, NULL);
+}
+
+static PyObject* hc_array_value(const hc_array* a) {
+  PyObject* descr = hc_descr(a->dtype);
+  if (descr == NULL)
+    return PyErr_Format(PyExc_TypeError, "an attribute has element type %d, which numpy lacks",
+                        a->dtype);
+  npy_intp size = (npy_intp)a->size;
+  Py_INCREF(descr);
+  PyObject* out = PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr*)descr, 1, &size, NULL,
+                                       NULL, 0, NULL);
+  if (out == NULL) return NULL;
+  if (size > 0) memcpy(PyArray_DATA((PyArrayObject*)out), a->data, (size_t)PyArray_NBYTES((PyArrayObject*)out));
+  PyArray_CLEARFLAGS((PyArrayObject*)out, NPY_ARRAY_WRITEABLE);
+  return out;
+}
+
+static PyObject* hc_attr_value(int type, void* attr, int depth) {
+  switch (type) {
+    case HC_ATTR_SCALAR: return hc_scalar_value((const hc_scalar*)attr);
+    case HC_ATTR_ARRAY: return hc_array_value((const hc_array*)attr);
+    case HC_ATTR_STRING: {
+      const hc_span* s = (const hc_span*)attr;
+      return PyUnicode_DecodeUTF8(s->ptr, (Py_ssize_t)s->len, "replace");
+    }
+    case HC_ATTR_DICTIONARY: return hc_attrs_dict((const hc_attrs*)attr, depth + 1);
+    default: return PyErr_Format(PyExc_TypeError, "an attribute of unknown kind %d", type);
+  }
+}
+
+static PyObject* hc_attrs_dict(const hc_attrs* attrs, int depth) {
+  if (depth > 32) return PyErr_Format(PyExc_ValueError, "attributes nested too deeply");
+  PyObject* out = PyDict_New();
+  for (int64_t i = 0; out != NULL && i < attrs->size; ++i) {
+    const hc_span* n = attrs->names[i];
+    PyObject* key = PyUnicode_DecodeUTF8(n->ptr, (Py_ssize_t)n->len, "replace");
+    PyObject* value = key ? hc_attr_value(attrs->types[i], attrs->attrs[i], depth) : NULL;
+    if (value == NULL || PyDict_SetItem(out, key, value) < 0) Py_CLEAR(out);
+    Py_XDECREF(key);
+    Py_XDECREF(value);
+  }
+  return out;
+}
+
+/* The `index` attribute jax's callbacks carry (slot 0): the route key. */
+static int hc_route_key(const hc_attrs* attrs, unsigned long long* key) {
+  for (int64_t i = 0; i < attrs->size; ++i) {
+    const hc_span* n = attrs->names[i];
+    if (attrs->types[i] != HC_ATTR_SCALAR || n->len != 5 || memcmp(n->ptr, "index", 5) != 0)
+      continue;
+    const hc_scalar* s = (const hc_scalar*)attrs->attrs[i];
+    if (s->dtype == HC_U64 || s->dtype == HC_S64) {
+      *key = *(const unsigned long long*)s->value;
+      return 0;
+    }
+  }
+  return -1;
+}
+
+/* ---- operands and results ------------------------------------------------ */
+
+/* The operands as a tuple of arrays: views whose base is `guard` (NULL: copies).
+ * Tokens become None (`tokens_as_none`, jax's convention) or are left out. */
+static PyObject* hc_operands(const hc_frame* frame, PyObject* guard, int tokens_as_none,
+                             PyObject* name) {
+  PyObject* args = PyList_New(0);
+  for (int64_t i = 0; args != NULL && i < frame->args.size; ++i) {
+    const hc_buffer* b = (const hc_buffer*)frame->args.items[i];
+    if (frame->args.types[i] != 1 || b->dtype == HC_TOKEN) {
+      if (tokens_as_none && PyList_Append(args, Py_None) < 0) Py_CLEAR(args);
+      continue;
+    }
+    PyObject* descr = hc_descr(b->dtype);
+    if (descr == NULL) {
+      PyErr_Format(PyExc_TypeError,
+                   "host callback %R: operand %lld has XLA element type %d, which has no numpy "
+                   "dtype",
+                   name, (long long)i, b->dtype);
+      Py_CLEAR(args);
+      break;
+    }
+    if (b->rank < 0 || b->rank > NPY_MAXDIMS) {
+      PyErr_Format(PyExc_ValueError, "host callback %R: operand %lld has rank %lld", name,
+                   (long long)i, (long long)b->rank);
+      Py_CLEAR(args);
+      break;
+    }
+    npy_intp dims[NPY_MAXDIMS];
+    for (int64_t d = 0; d < b->rank; ++d) dims[d] = (npy_intp)b->dims[d];
+    Py_INCREF(descr);
+    PyArrayObject* arr;
+    if (guard != NULL) {
+      arr = (PyArrayObject*)PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr*)descr,
+                                                 (int)b->rank, dims, NULL, b->data, 0, NULL);
+      if (arr != NULL) {
+        Py_INCREF(guard);
+        if (PyArray_SetBaseObject(arr, guard) < 0) Py_CLEAR(arr);
+      }
+    } else {
+      arr = (PyArrayObject*)PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr*)descr,
+                                                 (int)b->rank, dims, NULL, NULL, 0, NULL);
+      if (arr != NULL && PyArray_NBYTES(arr) > 0)
+        memcpy(PyArray_DATA(arr), b->data, (size_t)PyArray_NBYTES(arr));
+    }
+    if (arr == NULL || PyList_Append(args, (PyObject*)arr) < 0) Py_CLEAR(args);
+    Py_XDECREF(arr);
+  }
+  if (args == NULL) return NULL;
+  PyObject* tuple = PyList_AsTuple(args);
+  Py_DECREF(args);
+  return tuple;
+}
+
+/* Copies `value` into the result buffer `r` (index `i` of the callback's
+ * results) after checking its dtype and shape. -1 with an exception. */
+static int hc_store(const hc_buffer* r, PyObject* value, Py_ssize_t i, PyObject* name) {
+  PyObject* descr = hc_descr(r->dtype);
+  if (descr == NULL) {
+    PyErr_Format(PyExc_TypeError,
+                 "host callback %R: result %zd has XLA element type %d, which has no numpy dtype",
+                 name, i, r->dtype);
+    return -1;
+  }
+  PyArrayObject* arr = (PyArrayObject*)PyArray_FromAny(value, NULL, 0, 0, 0, NULL);
+  if (arr == NULL) return -1;
+  int ok = PyArray_EquivTypes(PyArray_DESCR(arr), (PyArray_Descr*)descr) &&
+           PyArray_NDIM(arr) == r->rank;
+  for (int d = 0; ok && d < PyArray_NDIM(arr); ++d) ok = PyArray_DIM(arr, d) == r->dims[d];
+  if (!ok) {
+    PyObject* got_shape = PyObject_GetAttrString((PyObject*)arr, "shape");
+    PyObject* want = PyTuple_New((Py_ssize_t)r->rank);
+    for (int64_t d = 0; want != NULL && d < r->rank; ++d)
+      PyTuple_SetItem(want, (Py_ssize_t)d, PyLong_FromLongLong(r->dims[d]));
+    if (got_shape != NULL && want != NULL)
+      PyErr_Format(PyExc_ValueError,
+                   "host callback %R returned %S %R for result %zd; the program declares %S %R",
+                   name, (PyObject*)PyArray_DESCR(arr), got_shape, i, descr, want);
+    Py_XDECREF(got_shape);
+    Py_XDECREF(want);
+    Py_DECREF(arr);
+    return -1;
+  }
+  npy_intp nbytes = PyArray_NBYTES(arr);
+  if (nbytes > 0 && PyArray_IS_C_CONTIGUOUS(arr)) {
+    memmove(r->data, PyArray_DATA(arr), (size_t)nbytes);
+  } else if (nbytes > 0) { /* strided: numpy copies it into a view of the result */
+    npy_intp dims[NPY_MAXDIMS];
+    for (int64_t d = 0; d < r->rank; ++d) dims[d] = (npy_intp)r->dims[d];
+    Py_INCREF(descr);
+    PyArrayObject* out = (PyArrayObject*)PyArray_NewFromDescr(
+        &PyArray_Type, (PyArray_Descr*)descr, (int)r->rank, dims, NULL, r->data,
+        NPY_ARRAY_WRITEABLE, NULL);
+    int copied = out != NULL ? PyArray_CopyInto(out, arr) : -1;
+    Py_XDECREF(out);
+    if (copied < 0) {
+      Py_DECREF(arr);
+      return -1;
+    }
+  }
+  Py_DECREF(arr);
+  return 0;
+}
+
+/* The function's return value into the result buffers. jax's callables
+ * return every result, tokens included (ignored); pjrt_py's return the
+ * non-token results: one array (or a 1-tuple) for one, a sequence for more. */
+static int hc_results(const hc_frame* frame, PyObject* out, int jax_style, PyObject* name) {
+  Py_ssize_t wanted = 0;
+  for (int64_t i = 0; i < frame->rets.size; ++i) {
+    const hc_buffer* r = (const hc_buffer*)frame->rets.items[i];
+    if (frame->rets.types[i] == 1 && r->dtype != HC_TOKEN) wanted++;
+  }
+  if (wanted == 0) return 0; /* nothing to store: the return value is ignored */
+  PyObject* seq = NULL;
+  if (!jax_style && wanted == 1 &&
+      !((PyTuple_Check(out) || PyList_Check(out)) && PySequence_Size(out) == 1)) {
+    seq = PyTuple_Pack(1, out);
+  } else if (PyTuple_Check(out) || PyList_Check(out)) {
+    seq = PySequence_Tuple(out);
+  } else {
+    PyObject* type = type_name(out);
+    PyErr_Format(PyExc_TypeError, "host callback %R must return a tuple or list of %zd arrays, got %S",
+                 name, wanted, type);
+    Py_XDECREF(type);
+    return -1;
+  }
+  if (seq == NULL) return -1;
+  Py_ssize_t expected = jax_style ? (Py_ssize_t)frame->rets.size : wanted;
+  if (PyTuple_Size(seq) != expected) {
+    PyErr_Format(PyExc_ValueError, "host callback %R returned %zd results; the program expects %zd",
+                 name, PyTuple_Size(seq), expected);
+    Py_DECREF(seq);
+    return -1;
+  }
+  Py_ssize_t k = 0; /* position in seq */
+  int status = 0;
+  for (int64_t i = 0; status == 0 && i < frame->rets.size; ++i) {
+    const hc_buffer* r = (const hc_buffer*)frame->rets.items[i];
+    int token = frame->rets.types[i] != 1 || r->dtype == HC_TOKEN;
+    if (token) {
+      if (jax_style) k++;
+      continue;
+    }
+    status = hc_store(r, PyTuple_GetItem(seq, k), k, name);
+    k++;
+  }
+  Py_DECREF(seq);
+  return status;
+}
+
+/* ---- the call ------------------------------------------------------------ */
+
+static void hc_run(int slot, const hc_frame* frame, hc_failure* failure) {
+  PyObject *fn = NULL, *name = NULL, *kwargs = NULL;
+  int copy = 1, jax_style = slot == 0;
+  if (jax_style) {
+    unsigned long long key = 0;
+    PyObject* k = hc_route_key(&frame->attrs, &key) == 0 ? PyLong_FromUnsignedLongLong(key) : NULL;
+    fn = k && g_hc_routes ? PyDict_GetItemWithError(g_hc_routes, k) : NULL;
+    Py_XINCREF(fn);
+    name = k ? PyUnicode_FromFormat("jax callback %S", k) : NULL;
+    Py_XDECREF(k);
+  } else {
+    fn = g_hc_slots[slot].fn;
+    name = g_hc_slots[slot].name;
+    copy = g_hc_slots[slot].copy;
+    Py_XINCREF(fn);
+    Py_XINCREF(name);
+  }
+  if (name == NULL) {
+    PyErr_Clear();
+    name = PyUnicode_FromString("?");
+  }
+  if (fn == NULL) {
+    PyErr_Clear();
+    hc_fail(failure, HC_NOT_FOUND,
+            PyUnicode_FromFormat("host callback %R no longer exists (its executable was freed, "
+                                 "or it belongs to another process)",
+                                 name));
+    Py_XDECREF(name);
+    return;
+  }
+  PyObject* guard = copy ? NULL : PyObject_CallNoArgs((PyObject*)&PyBaseObject_Type);
+  PyObject* args = (copy || guard) ? hc_operands(frame, guard, jax_style, name) : NULL;
+  if (args != NULL && !jax_style && frame->attrs.size > 0) {
+    kwargs = hc_attrs_dict(&frame->attrs, 0);
+    if (kwargs == NULL) Py_CLEAR(args);
+  }
+  PyObject* out = args ? PyObject_Call(fn, args, kwargs) : NULL;
+  Py_XDECREF(args);
+  Py_XDECREF(kwargs);
+  if (out == NULL) {
+    hc_fail_exception(failure, name, HC_UNKNOWN);
+  } else {
+    if (hc_results(frame, out, jax_style, name) < 0)
+      hc_fail_exception(failure, name, HC_INVALID_ARGUMENT);
+    Py_DECREF(out);
+  }
+  if (guard != NULL && Py_REFCNT(guard) > 1 && failure->message == NULL) {
+    hc_fail(failure, HC_FAILED_PRECONDITION,
+            PyUnicode_FromFormat(
+                "host callback %R kept a reference to one of its operands after returning; "
+                "operands are views of the program's memory, valid during the call only: copy "
+                "what you keep (np.array(x)), or register the callback with copy=True",
+                name));
+  }
+  Py_XDECREF(guard);
+  Py_DECREF(fn);
+  Py_DECREF(name);
+  __atomic_add_fetch(&g_hc_calls, 1, __ATOMIC_RELAXED);
+}
+
+static void* hc_error(const hc_frame* frame, int code, const char* message) {
+  hc_error_args a = {sizeof(a), NULL, message, code};
+  return frame->api->error_create(&a);
+}
+
+static void* hc_handle(int slot, hc_frame* frame) {
+  ffi_ext_base* ext = frame->extension_start;
+  if (ext != NULL && ext->type == 1) { /* metadata: the API version this handler speaks */
+    ffi_metadata* m = ((ffi_metadata_extension*)ext)->metadata;
+    m->api_version.major_version = 0;
+    m->api_version.minor_version = 1;
+    m->traits = 0;
+    return NULL;
+  }
+  if (!gate_enter())
+    return hc_error(frame, HC_UNAVAILABLE,
+                    "pjrt_py: the interpreter is exiting; the host callback was not run");
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb); /* an inline call may come with an exception set */
+  hc_failure failure = {0, NULL};
+  t_in_host_callback++;
+  hc_run(slot, frame, &failure);
+  t_in_host_callback--;
+  PyErr_Restore(type, value, tb);
+  PyGILState_Release(gil);
+  gate_leave();
+  if (failure.message == NULL) {
+    if (failure.code == 0) return NULL;
+    return hc_error(frame, HC_UNKNOWN, "host callback failed (out of memory for its message)");
+  }
+  void* error = hc_error(frame, failure.code, failure.message);
+  free(failure.message);
+  return error;
+}
+
+/* The trampolines: hc_t_XY passes slot 0xXY. */
+#define HC_T(x) \
+  static void* hc_t_##x(hc_frame* f) { return hc_handle(0x##x, f); }
+#define HC_T16(h)                                                                      \
+  HC_T(h##0) HC_T(h##1) HC_T(h##2) HC_T(h##3) HC_T(h##4) HC_T(h##5) HC_T(h##6) HC_T(h##7) \
+  HC_T(h##8) HC_T(h##9) HC_T(h##a) HC_T(h##b) HC_T(h##c) HC_T(h##d) HC_T(h##e) HC_T(h##f)
+HC_T16(0) HC_T16(1) HC_T16(2) HC_T16(3) HC_T16(4) HC_T16(5) HC_T16(6) HC_T16(7)
+HC_T16(8) HC_T16(9) HC_T16(a) HC_T16(b) HC_T16(c) HC_T16(d) HC_T16(e) HC_T16(f)
+#define HC_N(x) hc_t_##x,
+#define HC_N16(h)                                                                      \
+  HC_N(h##0) HC_N(h##1) HC_N(h##2) HC_N(h##3) HC_N(h##4) HC_N(h##5) HC_N(h##6) HC_N(h##7) \
+  HC_N(h##8) HC_N(h##9) HC_N(h##a) HC_N(h##b) HC_N(h##c) HC_N(h##d) HC_N(h##e) HC_N(h##f)
+static void* (*const hc_trampolines[HC_SLOTS])(hc_frame*) = {
+    HC_N16(0) HC_N16(1) HC_N16(2) HC_N16(3) HC_N16(4) HC_N16(5) HC_N16(6) HC_N16(7)
+    HC_N16(8) HC_N16(9) HC_N16(a) HC_N16(b) HC_N16(c) HC_N16(d) HC_N16(e) HC_N16(f)};
+
+/* ---- Python entry points ------------------------------------------------- */
+
+/* host_callback_setup(dtypes: {xla type: dtype}, routes: dict, format_error) -> slots */
+static PyObject* core_host_callback_setup(PyObject* self, PyObject* args) {
+  (void)self;
+  PyObject *dtypes, *routes, *format_error;
+  if (!PyArg_ParseTuple(args, "O!O!O:host_callback_setup", &PyDict_Type, &dtypes, &PyDict_Type,
+                        &routes, &format_error))
+    return NULL;
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(dtypes, &pos, &key, &value)) {
+    long code = PyLong_AsLong(key);
+    if (code <= 0 || code >= HC_MAX_TYPE || !PyArray_DescrCheck(value)) {
+      PyErr_Clear();
+      PyErr_SetString(PyExc_ValueError, "host_callback_setup: bad dtype entry");
+      return NULL;
+    }
+    Py_INCREF(value);
+    PJRT_PY_SETREF(g_hc_dtype[code], value);
+  }
+  Py_INCREF(routes);
+  PJRT_PY_SETREF(g_hc_routes, routes);
+  Py_INCREF(format_error);
+  PJRT_PY_SETREF(g_hc_format_error, format_error);
+  return PyLong_FromLong(HC_SLOTS);
+}
+
+/* host_callback_set(slot, fn, name, copy) -> the slot's handler address.
+ * fn None frees the slot's function (calls then fail as "no longer exists"). */
+static PyObject* core_host_callback_set(PyObject* self, PyObject* args) {
+  (void)self;
+  int slot, copy;
+  PyObject *fn, *name;
+  if (!PyArg_ParseTuple(args, "iOUp:host_callback_set", &slot, &fn, &name, &copy)) return NULL;
+  if (slot < 0 || slot >= HC_SLOTS) return PyErr_Format(PyExc_ValueError, "no slot %d", slot);
+  hc_slot* s = &g_hc_slots[slot];
+  Py_INCREF(name);
+  PJRT_PY_SETREF(s->name, name);
+  if (fn == Py_None) {
+    Py_CLEAR(s->fn);
+  } else {
+    Py_INCREF(fn);
+    PJRT_PY_SETREF(s->fn, fn);
+  }
+  s->copy = copy;
+  return PyLong_FromVoidPtr((void*)hc_trampolines[slot]);
+}
+
+/* How many calls into Python completed (tests count them). */
+static PyObject* core_host_callback_calls(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  return PyLong_FromLong(__atomic_load_n(&g_hc_calls, __ATOMIC_RELAXED));
+}
+
+static PyObject* core_in_host_callback(PyObject* self, PyObject* unused) {
+  (void)self;
+  (void)unused;
+  return PyBool_FromLong(t_in_host_callback > 0);
+}
