@@ -35,7 +35,7 @@ import numpy as np
 
 from . import _core
 from .buffer import Buffer
-from .mlir_text import find_main, split_top_level
+from .mlir_text import find_main, main_results, split_top_level
 
 if TYPE_CHECKING:
     from .device import Device
@@ -119,7 +119,7 @@ def with_runtime_token(program: str) -> str:
         rest = part[nm.end() :]
         names.append(nm.group(1))
         param_types.append(rest.split("{", 1)[0].strip())
-    result_parts, result_types = _results(program, close + 1)
+    result_parts, result_types = main_results(program, close + 1)
 
     body = program[:start] + f"func.func private {BODY_NAME}(" + program[paren + 1 :]
     n = len(result_types)
@@ -147,21 +147,3 @@ def with_runtime_token(program: str) -> str:
     if stripped.lstrip().startswith("module") and stripped.endswith("}"):
         return stripped[:-1] + wrapper + "}\n"
     return body + "\n" + wrapper
-
-
-def _results(program: str, at: int) -> tuple[list[str], list[str]]:
-    """Result declarations (with attributes) and bare types after @main's parameters."""
-    rest = program[at:].lstrip()
-    if not rest.startswith("->"):
-        return [], []
-    start = len(program) - len(rest) + 2
-    while program[start].isspace():
-        start += 1
-    if program[start] == "(":
-        parts, _ = split_top_level(program, start)
-    else:
-        single = re.match(r"(.*?)\s*(?:attributes\b|\{)", program[start:], re.S)
-        if single is None:
-            raise ValueError("cannot read @main's result type")
-        parts = [single.group(1).strip()]
-    return parts, [p.split("{", 1)[0].strip() for p in parts]

@@ -61,6 +61,7 @@ class Executable(_core.ExecutableCore):
         self._source: tuple[str, bytes, bool] | None = None  # text, options, isolate
         self._token_form: Executable | None = None
         self._ordered = False
+        self._host_routes: Any = None  # jax's host callbacks this program calls (jit)
         # Calls that cannot take the native path: several devices, donation,
         # parameters in a layout other than the default (checked in Python).
         layouts = program.signature is not None and any(

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from . import _jax_callbacks, host_callback
 from .buffer import Buffer
 from .client import default_client
 from .dlpack import Foreign, is_foreign, to_jax, to_torch
@@ -135,8 +136,19 @@ class _Call(NamedTuple):
 class Lowered:
     """A function lowered to StableHLO for one call signature (seed 004's stage 2)."""
 
-    def __init__(self, jitted: Jitted, text: str, in_tree: Any, out_tree: Any, names: list[str]):
+    def __init__(
+        self,
+        jitted: Jitted,
+        text: str,
+        in_tree: Any,
+        out_tree: Any,
+        names: list[str],
+        routes: _jax_callbacks.Routes | None = None,
+        ordered: bool = False,
+    ):
         self._jitted = jitted
+        self._routes = routes  # jax's host callbacks, while an executable may call them
+        self._ordered = ordered  # jax's ordered effects: executions run in order
         self._text = text
         self.in_tree = in_tree  # structure of the (non-static) arguments
         self.out_tree = out_tree  # structure of the outputs
@@ -154,6 +166,10 @@ class Lowered:
         if signature is not None and len(signature) == len(self.arg_names):
             named = zip(self.arg_names, signature, strict=True)
             exe._signature = [ArgSpec(name, s.shape, s.dtype, s.layout) for name, s in named]
+        if self._routes is not None:
+            exe._host_routes = self._routes
+        if self._ordered:
+            exe._ordered = True
         return exe
 
 
@@ -300,13 +316,18 @@ class Jitted:
         }
         lowered = self._jax_jit.lower(*full, **full_kw)
         compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", {})
-        if compile_args.get("host_callbacks") or compile_args.get("ordered_effects"):
-            raise NotImplementedError(
-                "pjrt_py.jit cannot run functions with host callbacks or ordered effects "
-                "(jax.debug.print, io_callback, ...)"
-            )
+        text = lowered.as_text()
+        callbacks = list(compile_args.get("host_callbacks") or ())
+        routes = None
+        if callbacks:  # jax's pure_callback, io_callback, debug.print: see _jax_callbacks
+            host_callback.install_router(self.client)
+            routes = _jax_callbacks.Routes(callbacks)
+            text = _jax_callbacks.route_callbacks(text, routes)
+        ordered = bool(compile_args.get("ordered_effects"))
+        if ordered:
+            text = _jax_callbacks.without_main_tokens(text)
         names = self._arg_names(call.dyn, call.dyn_kw)
-        return Lowered(self, lowered.as_text(), call.treedef, lowered.out_tree, names)
+        return Lowered(self, text, call.treedef, lowered.out_tree, names, routes, ordered)
 
     def _arg_names(self, dyn: tuple[Any, ...], dyn_kw: dict[str, Any]) -> list[str]:
         """``x``, ``params['w']``: a name per flat argument, for argument errors."""

@@ -328,6 +328,25 @@ def main_signature(text: str) -> list[ArgSpec] | None:
     return specs
 
 
+def main_results(program: str, at: int) -> tuple[list[str], list[str]]:
+    """Result declarations (with attributes) and bare types of ``@main``, whose
+    parameter list closes at ``program[at - 1]``."""
+    rest = program[at:].lstrip()
+    if not rest.startswith("->"):
+        return [], []
+    start = len(program) - len(rest) + 2
+    while program[start].isspace():
+        start += 1
+    if program[start] == "(":
+        parts, _ = split_top_level(program, start)
+    else:
+        single = re.match(r"(.*?)\s*(?:attributes\b|\{)", program[start:], re.S)
+        if single is None:
+            raise ValueError("cannot read @main's result type")
+        parts = [single.group(1).strip()]
+    return parts, [p.split("{", 1)[0].strip() for p in parts]
+
+
 def tensor_type(text: str) -> tuple[tuple[int | None, ...] | None, np.dtype[Any] | None]:
     """Shape (None dims are dynamic) and dtype of ``tensor<...>``; Nones otherwise."""
     m = re.match(r"tensor<(.*)>$", text.strip(), re.S)

@@ -186,13 +186,16 @@ def test_calls_return_before_the_work_is_done() -> None:
     assert pending
 
 
-def test_functions_with_host_callbacks_are_refused() -> None:
+def test_functions_with_host_callbacks_run(capfd: pytest.CaptureFixture[str]) -> None:
+    # Callbacks in depth: tests/test_host_callbacks.py.
     def noisy(x):  # type: ignore[no-untyped-def]
         jax.debug.print("x = {}", x)
         return x
 
-    with pytest.raises(NotImplementedError, match="callbacks"):
-        pjrt_py.jit(noisy)(np.ones(2, np.float32))
+    out = pjrt_py.jit(noisy)(np.ones(2, np.float32))
+    assert np.array_equal(out.to_numpy(), np.ones(2, np.float32))
+    pjrt_py.effects_barrier()
+    assert "x = [1. 1.]" in capfd.readouterr().out
 
 
 def test_bad_arguments_are_type_errors() -> None:
