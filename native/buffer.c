@@ -42,6 +42,7 @@ static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffe
   Py_XINCREF(meta);
   b->meta = meta;
   b->weakrefs = NULL;
+  b->device = NULL;
   b->pins = 0;
   b->exports = 0;
   b->state = BUF_LIVE;
@@ -227,6 +228,20 @@ static PyObject* buffer_get_handle(BufferObject* b, void* unused) {
 static PyObject* buffer_get_host_aliased(BufferObject* b, void* unused) {
   (void)unused;
   return PyBool_FromLong(b->host_aliased);
+}
+
+/* The device of a live buffer (asked once: a buffer never moves); NULL if
+ * the plugin cannot say. */
+static PJRT_Device* buffer_device(BufferObject* b) {
+  if (b->device == NULL && b->buf != NULL) {
+    PJRT_Buffer_Device_Args args = {0};
+    args.struct_size = PJRT_Buffer_Device_Args_STRUCT_SIZE;
+    args.buffer = b->buf;
+    PJRT_Error* error = b->c->api->PJRT_Buffer_Device(&args);
+    if (error == NULL) b->device = args.device;
+    error_destroy(b->c->api, error);
+  }
+  return b->device;
 }
 
 static PyObject* buffer_device_address(BufferObject* b) {

@@ -95,6 +95,7 @@ typedef struct {
   PyObject* client;  /* the Python Client */
   PyObject* meta;    /* (shape, dtype), interned; NULL until read */
   PyObject* weakrefs;
+  PJRT_Device* device; /* where buf lives; NULL until asked (buffer_device) */
   int pins;          /* calls using buf without the GIL (each also holds the client) */
   int exports;       /* DLPack capsules lending buf's memory (dlpack.c), each holding b */
   unsigned char state;        /* BUF_* as Python sees it */
@@ -126,6 +127,7 @@ typedef struct {
   int num_events;
   int made;            /* events made */
   int done;            /* all events ready; error harvested */
+  int failed;          /* the work failed at dispatch: no buffers, only `error` */
   int watching;        /* OnReady notifications outstanding */
   PyObject* error;     /* the first error of the work, or NULL */
   PyObject* callbacks; /* list, or NULL */

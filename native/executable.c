@@ -70,7 +70,20 @@ static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, Buffer
       if (events[d] != NULL) completion_track(c, events[d]);
   Py_END_ALLOW_THREADS
   if (error != NULL) {
-    raise_pjrt(c->api, error);
+    /* The plugin ran the program as it dispatched it (XLA's CPU client runs
+     * cheap programs inline) and the program failed, e.g. a host callback
+     * raised. As a failure found later would, it goes to the promises:
+     * reading them raises it. (Arguments were checked before the call.) */
+    PyObject* exc = error_from_pjrt(c->api, error);
+    if (exc == NULL) goto done;
+    result = 0;
+    for (size_t d = 0; d < n_dev; ++d) {
+      promises[d] = result == 0 ? promise_failed(c, exc, (int)n_out) : NULL;
+      if (promises[d] == NULL) result = -1;
+    }
+    Py_DECREF(exc);
+    if (result < 0)
+      for (size_t d = 0; d < n_dev; ++d) Py_CLEAR(promises[d]);
     goto done;
   }
   result = 0;
@@ -156,8 +169,11 @@ done:
 
 /* ---- ExecutableCore -------------------------------------------------------------- */
 
-/* The argument as a Buffer this call may use as is, or NULL (borrowed). */
-static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* expect) {
+/* The argument as a Buffer this call may use as is, or NULL (borrowed).
+ * `device`: the program's one device (a buffer elsewhere goes to Python,
+ * which says so before anything runs). */
+static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* expect,
+                                   PJRT_Device* device) {
   BufferObject* b;
   if (Py_TYPE(arg) == BufferType) {
     b = (BufferObject*)arg;
@@ -174,6 +190,7 @@ static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* e
     return NULL;
   }
   if (b->c != c || b->state != BUF_LIVE || b->buf == NULL) return NULL;
+  if (device != NULL && buffer_device(b) != device) return NULL;
   if (b->meta != expect &&
       (b->meta == NULL || PyObject_RichCompareBool(b->meta, expect, Py_EQ) != 1)) {
     PyErr_Clear();
@@ -203,7 +220,7 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
   Py_ssize_t n_views = 0;
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     PyObject* meta = PyTuple_GetItem(expect, i);
-    buffers[i] = fast_argument(args[i], loaded->c, meta);
+    buffers[i] = fast_argument(args[i], loaded->c, meta, self->device);
     if (buffers[i] == NULL) {
       buffers[i] = foreign_argument(args[i], self->client, loaded->c, self->device, meta);
       if (buffers[i] != NULL) views[n_views++] = buffers[i];

@@ -181,6 +181,25 @@ static PyObject* promise_of_completion(pjrt_py_client* c, PJRT_Event* event) {
   return (PyObject*)p;
 }
 
+/* The promise of work that failed as it was dispatched: done, with `error`
+ * (borrowed) and no buffers; asking for its results raises the error. */
+static PyObject* promise_failed(pjrt_py_client* c, PyObject* error, int arity) {
+  PromiseObject* p = (PromiseObject*)promise_new_blank(BufferPromiseType, PROMISE_COMPLETION, c);
+  if (p == NULL) return NULL;
+  p->arity = arity;
+  p->made = p->done = p->failed = 1;
+  Py_INCREF(error);
+  p->error = error;
+  return (PyObject*)p;
+}
+
+/* -1 with the work's error set if `p` failed at dispatch. */
+static int promise_check_failed(PromiseObject* p) {
+  if (!p->failed) return 0;
+  PyErr_SetObject((PyObject*)Py_TYPE(p->error), p->error);
+  return -1;
+}
+
 static PyObject* buffer_promise_get_buffers(PromiseObject* p, void* unused);
 
 /* ---- events -------------------------------------------------------------- */

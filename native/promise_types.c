@@ -193,6 +193,7 @@ static PyObject* buffer_promise_new(PyTypeObject* type, PyObject* args, PyObject
 
 static PyObject* buffer_promise_buffer(PromiseObject* p, PyObject* unused) {
   (void)unused;
+  if (promise_check_failed(p) < 0) return NULL;
   Py_ssize_t n = promise_count(p);
   if (n != 1) {
     return PyErr_Format(PyExc_ValueError,
@@ -219,9 +220,12 @@ static PyObject* buffer_promise_to_numpy(PromiseObject* p, PyObject* unused) {
   return out;
 }
 
-static Py_ssize_t buffer_promise_len(PromiseObject* p) { return promise_count(p); }
+static Py_ssize_t buffer_promise_len(PromiseObject* p) {
+  return p->failed ? p->arity : promise_count(p);
+}
 
 static PyObject* buffer_promise_item(PromiseObject* p, Py_ssize_t i) {
+  if (promise_check_failed(p) < 0) return NULL;
   Py_ssize_t n = promise_count(p);
   if (i < 0) i += n;
   if (i < 0 || i >= n) {
@@ -234,6 +238,7 @@ static PyObject* buffer_promise_item(PromiseObject* p, Py_ssize_t i) {
 
 static PyObject* buffer_promise_get_buffers(PromiseObject* p, void* unused) {
   (void)unused;
+  if (promise_check_failed(p) < 0) return NULL;
   if (p->one != NULL || p->raw != NULL) {
     BufferObject* b = promise_at(p, 0);
     return b != NULL ? PyTuple_Pack(1, (PyObject*)b) : NULL;

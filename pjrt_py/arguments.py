@@ -161,16 +161,15 @@ def checked_row(
         message = mismatch_message(exe.name + where, signature, metas)
         if message:
             raise TypeError(message)
-    if where:
-        # Several devices: a buffer on the wrong one must be refused here.
-        # The plugin would reject it only after launching the devices before
-        # it, which then wait forever in their first collective.
-        for i, r in enumerate(resolved):
-            if isinstance(r, Buffer) and r.device != device:
-                raise ValueError(
-                    f"{exe.name}: argument {i}{where} is on {r.device}, not {device} "
-                    f"(copy it with copy_to_device)"
-                )
+    # A buffer on another device is refused here: the plugin would refuse it
+    # too, but on several devices only after launching the ones before it,
+    # which then wait forever in their first collective.
+    for i, r in enumerate(resolved):
+        if isinstance(r, Buffer) and r.device != device:
+            raise ValueError(
+                f"{exe.name}: argument {i}{where} is on {r.device}, not {device} "
+                f"(copy it with copy_to_device)"
+            )
     placed = [_place(exe, r, device) for r in resolved]
     if signature is not None and exe.client.platform_name == "cpu":
         pairs = enumerate(zip(placed, signature, strict=True))

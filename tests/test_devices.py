@@ -56,11 +56,13 @@ def test_compile_targets_a_device(client: pjrt_py.Client, devices) -> None:  # t
 
 def test_an_argument_on_another_device_is_a_clear_error(client: pjrt_py.Client, devices) -> None:  # type: ignore[no-untyped-def]
     # Decision: no implicit copy (it would hide a transfer on the hot path).
-    # The plugin reports the wrong device; copy_to_device moves it.
+    # pjrt_py refuses the call before dispatch (the plugin would too, but a
+    # program that fails as it runs reports it through its promise);
+    # copy_to_device moves the buffer.
     exe = client.compile(ADD_F32_8, device=devices[0])
     x = client.buffer(np.ones(8, np.float32), devices[1])
-    with pytest.raises(pjrt_py.InvalidArgumentError, match="device"):
-        exe.execute(x, x)
+    with pytest.raises(ValueError, match="argument 0 is on .* copy_to_device"):
+        exe.execute_async(x, x)
     here = x.copy_to_device(devices[0])
     np.testing.assert_array_equal(exe.execute(here, here).to_numpy(), np.full(8, 2, np.float32))
 
