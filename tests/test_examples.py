@@ -79,7 +79,7 @@ def test_async_doc_code_block_runs(index: int) -> None:
         (EFFECTS_DOC, 3),
         (LIFETIMES_DOC, 5),
         (INTEROP_DOC, 10),
-        (CALLBACKS_DOC, 1),
+        (CALLBACKS_DOC, 4),
     ],
 )
 def test_walk_through_doc_runs_top_to_bottom(doc: Path, min_blocks: int) -> None:
