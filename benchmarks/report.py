@@ -19,6 +19,7 @@ ORDER = (
     "small_transfers",
     "bandwidth",
     "interop",
+    "callbacks",
     "pipeline",
     "scaling",
     "memory",

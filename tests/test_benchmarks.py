@@ -18,6 +18,7 @@ ORDER = (
     "small_transfers",
     "bandwidth",
     "interop",
+    "callbacks",
     "pipeline",
     "scaling",
     "memory",
@@ -227,3 +228,21 @@ def test_suite_regenerates_performance_md_and_plots(suite: tuple[Path, str]) -> 
         png = docs / "performance" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"performance/{name}.png" in text
+
+
+def test_suite_measures_a_host_callback_round_trip(suite: tuple[Path, str]) -> None:
+    docs, _ = suite
+    report = json.loads((docs / "performance" / "results.json").read_text())["callbacks"]
+    us = report["us_per_call"]
+    assert list(us) == [
+        "pjrt_py: register_callback",
+        "pjrt_py: same program, no callback",
+        "pjrt_py.jit: jax.pure_callback",
+        "jax.jit: jax.pure_callback",
+        "jax.jit: x + x, no callback",
+    ]
+    assert all(math.isfinite(v) and v > 0 for v in us.values())
+    assert report["ratio"]["jax.jit: jax.pure_callback"] == 1.0
+    ratio = us["pjrt_py: register_callback"] / us["jax.jit: jax.pure_callback"]
+    targets = [(t["name"], t["value"], t["limit"]) for t in report["targets"]]
+    assert targets == [("register_callback round trip / jax.jit pure_callback", ratio, 0.75)]
