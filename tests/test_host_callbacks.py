@@ -469,3 +469,33 @@ def test_a_callback_whose_route_is_gone_fails_clearly(client: pjrt_py.Client) ->
     )
     with pytest.raises(pjrt_py.NotFoundError, match="no longer exists"):
         exe.execute(np.ones(2, np.float32)).to_numpy()
+
+
+@pytest.mark.parametrize("hostile", ["client.close()", "x.delete()", "exe.delete()"])
+def test_a_callback_that_pulls_the_rug_gets_errors_not_crashes(hostile: str) -> None:
+    result = run_python(
+        f"""
+        import numpy as np, pjrt_py
+        client = pjrt_py.Client()
+        x = client.buffer(np.full((128, 128), 1 / 128, np.float32))
+        def rug(v):
+            {hostile}
+            return v
+        pjrt_py.register_callback("rug", rug, client=client)
+        exe = client.compile({chain_then("rug", 128, 2)!r})
+        try:
+            out = exe.execute_async(x).value().to_numpy()
+            print("ran", out.shape)
+        except (ValueError, pjrt_py.PjrtError) as e:
+            print("error", type(e).__name__)
+        print("end")
+        """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert lines[1] == "end"
+    # Deleting an input or the executable mid-call is deferred until the call
+    # ends; closing the client makes its outputs unusable at once.
+    want = "error ValueError" if "close" in hostile else "ran (128, 128)"
+    assert lines[0] == want
