@@ -33,11 +33,15 @@ static pjrt_py_client* client_core_open(ClientCoreObject* self) {
   return self->c;
 }
 
-/* _attach(api, client, cpu): take ownership of a PJRT_Client. */
+/* _attach(api, client, cpu, kv=None): take ownership of a PJRT_Client (and
+ * of the key-value store holder its callbacks were given, kv_store.c). */
 static PyObject* client_core_attach(ClientCoreObject* self, PyObject* args) {
-  PyObject *api_address, *client_address;
+  PyObject *api_address, *client_address, *kv_address = Py_None;
   int cpu;
-  if (!PyArg_ParseTuple(args, "OOp:_attach", &api_address, &client_address, &cpu)) return NULL;
+  if (!PyArg_ParseTuple(args, "OOp|O:_attach", &api_address, &client_address, &cpu, &kv_address))
+    return NULL;
+  void* kv = kv_address == Py_None ? NULL : PyLong_AsVoidPtr(kv_address);
+  if (PyErr_Occurred()) return NULL;
   if (self->c != NULL) {
     PyErr_SetString(PyExc_RuntimeError, "client already attached");
     return NULL;
@@ -54,8 +58,10 @@ static PyObject* client_core_attach(ClientCoreObject* self, PyObject* args) {
     d.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE;
     d.client = client;
     error_destroy(api, api->PJRT_Client_Destroy(&d));
+    if (kv != NULL) kv_holder_release(kv);
     return PyErr_NoMemory();
   }
+  self->c->kv = kv;
   Py_RETURN_NONE;
 }
 

@@ -32,6 +32,9 @@ static pjrt_py_client* client_new(const PJRT_Api* api, PJRT_Client* client, int 
   return c;
 }
 
+static void run_with_gil(void (*fn)(void*), void* arg); /* dlpack.c */
+static void kv_holder_release(void* arg);                 /* kv_store.c */
+
 static void client_destroy_pjrt(pjrt_py_client* c) {
   PJRT_Client* client = __atomic_exchange_n(&c->client, NULL, __ATOMIC_ACQ_REL);
   if (client == NULL) return;
@@ -39,6 +42,9 @@ static void client_destroy_pjrt(pjrt_py_client* c) {
   args.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE;
   args.client = client;
   error_destroy(c->api, c->api->PJRT_Client_Destroy(&args));
+  /* The plugin can no longer call the key-value store. */
+  void* kv = __atomic_exchange_n(&c->kv, NULL, __ATOMIC_ACQ_REL);
+  if (kv != NULL) run_with_gil(kv_holder_release, kv);
 }
 
 /* Frees the struct, unless an execution is still counted (its callback would

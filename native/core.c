@@ -26,6 +26,7 @@
 #include "foreign.c"
 #include "ffi.c"
 #include "host_callback.c"
+#include "kv_store.c"
 #include "executable.c"
 #include "client.c"
 
@@ -114,6 +115,12 @@ static PyMethodDef core_functions[] = {
     {"host_callback_set", core_host_callback_set, METH_VARARGS,
      "host_callback_set(slot, fn, name, copy) -> the slot's XLA FFI handler address"},
     {"host_callback_calls", core_host_callback_calls, METH_NOARGS, NULL},
+    {"kv_set_dispatch", core_kv_set_dispatch, METH_O, NULL},
+    {"kv_callbacks", core_kv_callbacks, METH_NOARGS,
+     "The (get, try_get, put) key-value callbacks' addresses for PJRT_Client_Create."},
+    {"kv_holder_new", core_kv_holder_new, METH_O, "A callbacks' user_arg holding store."},
+    {"kv_holder_free", core_kv_holder_free, METH_O, NULL},
+    {"kv_calls", core_kv_calls, METH_NOARGS, NULL},
     {"in_host_callback", core_in_host_callback, METH_NOARGS,
      "Whether this thread is inside a host callback."},
     {NULL, NULL, 0, NULL},

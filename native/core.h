@@ -69,6 +69,7 @@ typedef struct pjrt_py_client {
   int zombie;          /* no owner left but executions still run: the reaper ends it */
   unsigned long generation; /* the process generation it was made in (fork) */
   PJRT_Device* default_device;
+  void* kv;           /* the key-value store's holder (kv_store.c), or NULL */
   pthread_mutex_t mu; /* guards the epochs */
   pthread_cond_t cv;  /* an epoch emptied */
   pjrt_py_epoch* oldest;

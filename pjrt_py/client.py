@@ -14,7 +14,7 @@ from . import _core, _runtime, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, host_to_device
 from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
-from .client_options import checked_options
+from .client_options import checked_options, refuse_multiprocess_cpu
 from .compile_options import (
     DebugValue,
     check_compile_options,
@@ -24,10 +24,11 @@ from .compile_options import (
 from .compiled import CompiledProgram
 from .device import Device
 from .dlpack import import_dlpack
-from .errors import NotFoundError, PjrtError, SerializationError
+from .errors import NotFoundError, PjrtError, SerializationError, UnsupportedError
 from .executable import Executable
 from .ffi import explain_compile_error
 from .isolate import IsolatedCompiler, env_default
+from .kv import check_store
 from .memory import Memory, of_client, require_memories, resolve
 from .mlir_text import bytecode_to_text, check_program, main_signature
 from .plugin import Plugin, address, encode_named_values, load_plugin, plugin_info
@@ -59,6 +60,12 @@ class Client(_core.ClientCore):
         overrides it; see :mod:`pjrt_py.isolate`). With none,
         ``$PJRT_PY_ISOLATE_COMPILE=1`` turns it on. The helper starts on the
         first isolated compile and stops at ``close()``.
+    kv_store : object, optional
+        A key-value store (``get``, ``try_get``, ``put``; see
+        :mod:`pjrt_py.kv`) the plugin coordinates processes through. It is
+        kept until the PJRT client is destroyed. A CPU plugin cannot run
+        across processes: options asking it to (``num_nodes`` > 1, a
+        ``node_id`` or ``process_id`` > 0) raise ``UnsupportedError``.
 
     ``close()`` makes the client and everything made from it unusable at
     once (``ValueError``). The PJRT client itself is destroyed when the last
@@ -77,6 +84,7 @@ class Client(_core.ClientCore):
         cache_dir: str | os.PathLike[str] | bool | None = None,
         cache_max_bytes: int | None = None,
         isolate_compile: bool | None = None,
+        kv_store: Any = None,
     ) -> None:
         self.compile_cache = MemoryCache()
         if cache_dir is None:
@@ -92,7 +100,11 @@ class Client(_core.ClientCore):
             plugin = plugin if plugin.generation == _core.generation() else load_plugin(plugin.path)
         self.plugin = plugin if isinstance(plugin, Plugin) else load_plugin(plugin)
         # Checked against the types the plugin reads them as: a wrong one aborts.
-        options = checked_options(plugin_info(self.plugin.path).name, options)
+        platform = plugin_info(self.plugin.path).name
+        options = checked_options(platform, options)
+        refuse_multiprocess_cpu(platform, options)
+        if kv_store is not None:
+            check_store(kv_store)
         self.options: dict[str, Any] = dict(options)  # what a compile helper's client gets
         if isolate_compile is None:
             isolate_compile = env_default()
@@ -101,13 +113,20 @@ class Client(_core.ClientCore):
         self.isolate_compile = isolate_compile
         self.compile_helper = IsolatedCompiler(self.plugin.path, self.options)
         values, keep = encode_named_values(options)
-        args = self.plugin.invoke(
-            "PJRT_Client_Create", create_options=values, num_options=len(options)
-        )
+        kv_fields, holder = _kv_fields(kv_store)
+        try:
+            args = self.plugin.invoke(
+                "PJRT_Client_Create", create_options=values, num_options=len(options), **kv_fields
+            )
+        except BaseException:
+            if holder is not None:
+                _core.kv_holder_free(holder)
+            raise
         del keep
-        # From here the native core owns the PJRT client: if anything below
-        # fails, this object's collection destroys it.
-        self._attach(self.plugin.address, address(args.client), False)
+        # From here the native core owns the PJRT client (and the store's
+        # holder): if anything below fails, this object's collection destroys it.
+        self._attach(self.plugin.address, address(args.client), False, holder)
+        self.kv_store = kv_store
         self.platform_name: str = self._string("PJRT_Client_PlatformName", "platform_name")
         self.platform_version: str = self._string("PJRT_Client_PlatformVersion", "platform_version")
         # CPU-only transfer paths: staged large copies, direct reads of ready
@@ -126,6 +145,23 @@ class Client(_core.ClientCore):
         if not self.addressable_devices:
             raise RuntimeError(f"{self.plugin.path}: the client has no addressable devices")
         self._set_default_device(self.addressable_devices[0]._addr)
+        self._check_processes(options)
+
+    def _check_processes(self, options: Mapping[str, Any]) -> None:
+        """After creation: the plugin made the world that was asked for."""
+        node = options.get("node_id", options.get("process_id"))
+        nodes = options.get("num_nodes")
+        wrong = None
+        if node is not None and self.process_index != node:
+            wrong = f"process_index {self.process_index}, asked node {node}"
+        elif nodes is not None and nodes > 1 and len(self.devices) <= len(self.addressable_devices):
+            wrong = f"{len(self.devices)} devices, all of them local, asked {nodes} nodes"
+        if wrong is not None:
+            self.close()
+            raise UnsupportedError(
+                f"{self.plugin.path} made a client that is not the one asked for ({wrong}): "
+                "it does not run across processes this way"
+            )
 
     # -- construction helpers ------------------------------------------
     @contextlib.contextmanager
@@ -530,3 +566,21 @@ def _unpickle_buffer(array: np.ndarray[Any, Any], device_id: int) -> Buffer:
 _core.set_hooks(unpickle=_unpickle_buffer)
 
 __all__ = ["Client", "default_client"]
+
+
+def _kv_fields(store: Any) -> tuple[dict[str, Any], int | None]:
+    """``PJRT_Client_Create`` fields installing ``store``'s callbacks, and the
+    holder (their user_arg) the native client takes over."""
+    if store is None:
+        return {}, None
+    holder: int = _core.kv_holder_new(store)
+    get, try_get, put = _core.kv_callbacks()
+    arg = ffi.cast("void*", holder)
+    return {
+        "kv_get_callback": ffi.cast("PJRT_KeyValueGetCallback", get),
+        "kv_get_user_arg": arg,
+        "kv_try_get_callback": ffi.cast("PJRT_KeyValueTryGetCallback", try_get),
+        "kv_try_get_user_arg": arg,
+        "kv_put_callback": ffi.cast("PJRT_KeyValuePutCallback", put),
+        "kv_put_user_arg": arg,
+    }, holder

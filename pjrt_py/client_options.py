@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import UnsupportedError
+
 Check = Callable[[str, Any], Any]  # returns the value to send (or raises)
 
 
@@ -106,3 +108,33 @@ def checked_options(platform: str, options: Mapping[str, Any] | None) -> dict[st
         check = known.get(name)
         out[name] = check(name, value) if check is not None else value
     return out
+
+
+# The options a CPU build reads as "this process is one of several": 0.81 and
+# 0.106 take num_nodes / node_id, 0.115 process_id.
+_PROCESS_OPTIONS = ("num_nodes", "node_id", "process_id")
+
+
+def refuse_multiprocess_cpu(platform: str, options: Mapping[str, Any]) -> None:
+    """``UnsupportedError`` for a CPU client asked to be one of several processes.
+
+    No CPU build runs across processes through the C API: 0.81 and 0.106
+    accept ``num_nodes`` / ``node_id`` and give every process a private world
+    (a 2-process psum returns each process's own value), and 0.115 fails the
+    first cross-process program. So the request is refused before the plugin
+    can split the world silently.
+    """
+    if platform != "cpu":
+        return
+    asked = {k: options[k] for k in _PROCESS_OPTIONS if k in options}
+    many = any(
+        (k == "num_nodes" and _integer(v) != 1) or (k != "num_nodes" and _integer(v) != 0)
+        for k, v in asked.items()
+    )
+    if many:
+        raise UnsupportedError(
+            f"a CPU client cannot be one of several processes ({asked}): no CPU plugin build "
+            "runs across processes through the PJRT C API (0.81 and 0.106 would give each "
+            "process a private world, 0.115 fails cross-process programs); see "
+            "docs/distributed.md"
+        )

@@ -1,10 +1,24 @@
 /* cdef: client creation, identity, devices and compilation. */
 
+/* The key-value store callbacks (native/kv_store.c implements them). */
+typedef struct PJRT_KeyValueGetCallback_Args PJRT_KeyValueGetCallback_Args;
+typedef struct PJRT_KeyValueTryGetCallback_Args PJRT_KeyValueTryGetCallback_Args;
+typedef struct PJRT_KeyValuePutCallback_Args PJRT_KeyValuePutCallback_Args;
+typedef PJRT_Error* (*PJRT_KeyValueGetCallback)(PJRT_KeyValueGetCallback_Args*);
+typedef PJRT_Error* (*PJRT_KeyValueTryGetCallback)(PJRT_KeyValueTryGetCallback_Args*);
+typedef PJRT_Error* (*PJRT_KeyValuePutCallback)(PJRT_KeyValuePutCallback_Args*);
+
 typedef struct {
   size_t struct_size;
   const PJRT_NamedValue* create_options;
   size_t num_options;
+  PJRT_KeyValueGetCallback kv_get_callback;
+  void* kv_get_user_arg;
+  PJRT_KeyValuePutCallback kv_put_callback;
+  void* kv_put_user_arg;
   PJRT_Client* client;
+  PJRT_KeyValueTryGetCallback kv_try_get_callback;
+  void* kv_try_get_user_arg;
   ...;
 } PJRT_Client_Create_Args;
 #define PJRT_Client_Create_Args_STRUCT_SIZE ...

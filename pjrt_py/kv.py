@@ -1,0 +1,207 @@
+"""Key-value stores for clients that span processes (``Client(kv_store=...)``).
+
+A PJRT plugin that runs one computation across processes coordinates
+through a key-value store it is given at client creation: three callbacks,
+``get`` (blocking, with a timeout), ``try_get`` and ``put``. It exchanges
+topologies through them while the client is made (keys such as
+``local_topology/<platform>/<id>``), and on GPU collective ids later, from
+its own threads. pjrt_py installs the callbacks (``native/kv_store.c``) over
+any object with these methods:
+
+* ``get(key: bytes, timeout_ms: int) -> bytes``: wait up to ``timeout_ms``;
+* ``try_get(key: bytes) -> bytes``: answer at once;
+* ``put(key: bytes, value: bytes) -> None``.
+
+Keys may hold any bytes (the plugins' have spaces and brackets), and values
+are binary. A store reports a missing key by raising ``KeyError`` (or
+:class:`~pjrt_py.NotFoundError`), a timeout by ``TimeoutError`` (or
+:class:`~pjrt_py.DeadlineExceededError`), and a key put twice by
+``FileExistsError`` (or :class:`~pjrt_py.AlreadyExistsError`): the plugin
+reads those codes. Anything else reaches the plugin as ``UNKNOWN`` with the
+exception's text. The store's methods are called with the GIL, from any
+thread, concurrently: they must be thread-safe, and they must not call
+back into the client that is being created.
+
+Two stores come with pjrt_py: :class:`InMemoryStore`, for several clients
+in one process (and tests), and :class:`JaxCoordinationStore`, over jaxlib's
+coordination service (what :func:`pjrt_py.distributed.initialize` uses).
+docs/distributed.md says how to put Redis or etcd behind the same protocol.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol, runtime_checkable
+
+from . import _core
+from .errors import (
+    AlreadyExistsError,
+    DeadlineExceededError,
+    NotFoundError,
+    PjrtError,
+    UnknownError,
+)
+
+# PJRT_Error_Code values the plugin reads.
+CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, NOT_FOUND, ALREADY_EXISTS = 1, 2, 4, 5, 6
+_GET, _TRY_GET, _PUT = 0, 1, 2
+
+
+@runtime_checkable
+class KeyValueStore(Protocol):
+    """What ``Client(kv_store=...)`` takes (see the module documentation)."""
+
+    def get(self, key: bytes, timeout_ms: int) -> bytes: ...
+
+    def try_get(self, key: bytes) -> bytes: ...
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+
+def check_store(store: Any) -> None:
+    """``TypeError`` unless ``store`` has callable get, try_get and put."""
+    missing = [m for m in ("get", "try_get", "put") if not callable(getattr(store, m, None))]
+    if missing:
+        raise TypeError(
+            f"kv_store needs callable get, try_get and put; {type(store).__name__} lacks "
+            + ", ".join(missing)
+        )
+
+
+def error_code(error: BaseException) -> int:
+    """The PJRT error code a store's exception means to the plugin."""
+    if isinstance(error, PjrtError) and error.code is not None:
+        return int(error.code)
+    if isinstance(error, KeyError):
+        return NOT_FOUND
+    if isinstance(error, TimeoutError):
+        return DEADLINE_EXCEEDED
+    if isinstance(error, FileExistsError):
+        return ALREADY_EXISTS
+    if isinstance(error, KeyboardInterrupt):
+        return CANCELLED
+    return UNKNOWN
+
+
+def _dispatch(store: Any, op: int, key: bytes, arg: Any) -> tuple[int, bytes | str, bool]:
+    """Called by the native callbacks: (0, value) or (code, message), and
+    whether a KeyboardInterrupt must go on to the main thread."""
+    try:
+        if op == _PUT:
+            store.put(key, arg)
+            return 0, b"", False
+        value = store.get(key, arg) if op == _GET else store.try_get(key)
+        if not isinstance(value, bytes):
+            value = bytes(memoryview(value))  # TypeError for anything not bytes-like
+        return 0, value, False
+    except BaseException as e:  # every failure goes to the plugin as its code
+        what = ("get", "try_get", "put")[op]
+        text = f"key-value store {what}({key!r}) raised {type(e).__name__}: {e}"
+        return error_code(e), text, isinstance(e, KeyboardInterrupt)
+
+
+_core.kv_set_dispatch(_dispatch)
+
+
+def calls() -> int:
+    """How many store callbacks have reached Python in this process (tests)."""
+    return int(_core.kv_calls())
+
+
+class InMemoryStore:
+    """A thread-safe store in this process: for several clients of one
+    process (each a "node"), and for tests. ``put`` of an existing key raises
+    ``AlreadyExistsError`` unless ``overwrite``, as jaxlib's service does."""
+
+    def __init__(self, overwrite: bool = False) -> None:
+        self._data: dict[bytes, bytes] = {}
+        self._changed = threading.Condition()
+        self.overwrite = overwrite
+
+    def get(self, key: bytes, timeout_ms: int) -> bytes:
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        with self._changed:
+            while key not in self._data:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DeadlineExceededError(f"key {key!r} not put within {timeout_ms} ms")
+                self._changed.wait(left)
+            return self._data[key]
+
+    def try_get(self, key: bytes) -> bytes:
+        with self._changed:
+            if key not in self._data:
+                raise NotFoundError(f"key {key!r} not found")
+            return self._data[key]
+
+    def put(self, key: bytes, value: bytes) -> None:
+        with self._changed:
+            if key in self._data and not self.overwrite:
+                raise AlreadyExistsError(f"key {key!r} already exists")
+            self._data[bytes(key)] = bytes(value)
+            self._changed.notify_all()
+
+    def keys(self) -> list[bytes]:
+        with self._changed:
+            return sorted(self._data)
+
+
+def _key(prefix: str, key: bytes) -> str:
+    """A key as jaxlib's str keys can hold it: printable ASCII stays (the
+    plugins' keys read the same in the service), every other byte and ``%``
+    become ``%XX``. One to one, and the same in every process; measured: a
+    raw NUL byte cut jaxlib's key short, so two keys collided."""
+    return prefix + "".join(chr(b) if 32 <= b < 127 and b != 37 else f"%{b:02X}" for b in key)
+
+
+def _jax_error(error: Exception, key: bytes) -> Exception:
+    """jaxlib's status text as the error the plugin expects."""
+    text = str(error)
+    for name, kind in (
+        ("NOT_FOUND", NotFoundError),
+        ("DEADLINE_EXCEEDED", DeadlineExceededError),
+        ("ALREADY_EXISTS", AlreadyExistsError),
+    ):
+        if name in text:
+            return kind(f"{key!r}: {text}")
+    return UnknownError(f"{key!r}: {text}")
+
+
+class JaxCoordinationStore:
+    """A store over jaxlib's coordination service client
+    (``DistributedRuntimeClient``; jaxlib is an optional dependency).
+
+    Every key is put under ``prefix`` (a job-scoped namespace: two jobs, or
+    two clients of one job, must not share keys). The service itself keeps
+    keys only for the job's lifetime.
+    """
+
+    def __init__(self, client: Any, prefix: str = "pjrt_py/") -> None:
+        self.client = client
+        self.prefix = prefix
+
+    def get(self, key: bytes, timeout_ms: int) -> bytes:
+        try:
+            value: bytes = self.client.blocking_key_value_get_bytes(
+                _key(self.prefix, key), timeout_ms
+            )
+        except Exception as e:
+            raise _jax_error(e, key) from None
+        return value
+
+    def try_get(self, key: bytes) -> bytes:
+        try:
+            value: bytes = self.client.key_value_try_get_bytes(_key(self.prefix, key))
+        except Exception as e:
+            raise _jax_error(e, key) from None
+        return value
+
+    def put(self, key: bytes, value: bytes) -> None:
+        try:
+            self.client.key_value_set_bytes(_key(self.prefix, key), bytes(value))
+        except Exception as e:
+            raise _jax_error(e, key) from None
+
+
+__all__ = ["InMemoryStore", "JaxCoordinationStore", "KeyValueStore"]
