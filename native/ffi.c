@@ -59,14 +59,20 @@ typedef struct {
   ffi_ext_base* extension_start;
 } ffi_call_frame_head;
 
+/* 1 if the call is XLA's metadata query (made at compile time), answered
+ * with the FFI API version pjrt_py's handlers speak: 0.1, the one every CPU
+ * build runs (0.81 refuses a handler newer than its own API). */
+static int ffi_answer_metadata(ffi_ext_base* ext) {
+  if (ext == NULL || ext->type != 1) return 0;
+  ffi_metadata* m = ((ffi_metadata_extension*)ext)->metadata;
+  m->api_version.major_version = 0;
+  m->api_version.minor_version = 1;
+  m->traits = 0;
+  return 1;
+}
+
 static void* ffi_probe_handler(ffi_call_frame_head* frame) {
-  ffi_ext_base* ext = frame->extension_start;
-  if (ext != NULL && ext->type == 1) { /* metadata: the API version this handler speaks */
-    ffi_metadata* m = ((ffi_metadata_extension*)ext)->metadata;
-    m->api_version.major_version = 0;
-    m->api_version.minor_version = 1;
-    m->traits = 0;
-  }
+  ffi_answer_metadata(frame->extension_start);
   return NULL; /* no error; nothing to compute */
 }
 

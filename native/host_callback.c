@@ -501,14 +501,7 @@ static void* hc_error(const hc_frame* frame, int code, const char* message) {
 }
 
 static void* hc_handle(int slot, hc_frame* frame) {
-  ffi_ext_base* ext = frame->extension_start;
-  if (ext != NULL && ext->type == 1) { /* metadata: the API version this handler speaks */
-    ffi_metadata* m = ((ffi_metadata_extension*)ext)->metadata;
-    m->api_version.major_version = 0;
-    m->api_version.minor_version = 1;
-    m->traits = 0;
-    return NULL;
-  }
+  if (ffi_answer_metadata(frame->extension_start)) return NULL;
   if (!gate_enter())
     return hc_error(frame, HC_UNAVAILABLE,
                     "pjrt_py: the interpreter is exiting; the host callback was not run");

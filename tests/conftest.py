@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -96,6 +98,24 @@ NEEDS_NEWER_PLUGIN = pytest.mark.skipif(
     newer_plugin() is None,
     reason="lammps-jax-pjrt-cpu (a PJRT 0.115 plugin, in the test extra) is not installed",
 )
+
+
+def in_threads(fn: Callable[[int], object], count: int, timeout: float = 60) -> list[BaseException]:
+    """Run ``fn(0)`` ... ``fn(count - 1)`` on as many threads at once; what they raised."""
+    errors: list[BaseException] = []
+
+    def run(k: int) -> None:
+        try:
+            fn(k)
+        except BaseException as e:  # handed to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return errors
 
 
 def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import matmul_chain, run_python
+from conftest import in_threads, matmul_chain, run_python
 
 import pjrt_py
 from pjrt_py import host_callback
@@ -300,24 +300,15 @@ def test_callbacks_from_every_device_and_from_threads(client: pjrt_py.Client) ->
     x = np.full((n, n), 1 / n, np.float32)
     want = np.tanh(np.tanh(x @ x) @ np.tanh(x @ x)) + 1
     before = host_callback.calls()
-    errors: list[BaseException] = []
 
     def worker(k: int) -> None:
-        try:
-            device = client.devices[k % len(client.devices)]
-            arg = client.buffer(x, device=device)
-            outs = [exes[device].execute_async(arg) for _ in range(5)]
-            for out in outs:
-                np.testing.assert_allclose(out.value().to_numpy(), want, rtol=1e-5)
-        except BaseException as e:  # reported below
-            errors.append(e)
+        device = client.devices[k % len(client.devices)]
+        arg = client.buffer(x, device=device)
+        outs = [exes[device].execute_async(arg) for _ in range(5)]
+        for out in outs:
+            np.testing.assert_allclose(out.value().to_numpy(), want, rtol=1e-5)
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(60)
-    assert not errors
+    assert not in_threads(worker, 8)
     assert host_callback.calls() - before == 40
     assert threading.get_ident() not in threads_seen or len(threads_seen) > 1
 

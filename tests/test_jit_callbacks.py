@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import in_threads
 
 import pjrt_py
 from pjrt_py import host_callback
@@ -179,25 +180,14 @@ def test_callables_are_dropped_with_their_executables(client: pjrt_py.Client) ->
 
 
 def test_callbacks_from_threads(client: pjrt_py.Client) -> None:
-    import threading
-
     def f(x: Any) -> Any:
         return jax.pure_callback(lambda a: a + 1, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
 
     ours = pjrt_py.jit(f, client=client)
-    errors: list[BaseException] = []
 
     def worker(k: int) -> None:
-        try:
-            for i in range(10):
-                x = client.buffer(np.full(3, k * 100 + i, np.float32))
-                np.testing.assert_array_equal(ours(x).to_numpy(), np.full(3, k * 100 + i + 1))
-        except BaseException as e:
-            errors.append(e)
+        for i in range(10):
+            x = client.buffer(np.full(3, k * 100 + i, np.float32))
+            np.testing.assert_array_equal(ours(x).to_numpy(), np.full(3, k * 100 + i + 1))
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors
+    assert not in_threads(worker, 6)
