@@ -13,7 +13,7 @@ tensor is marked read-only: PJRT buffers are immutable, and a consumer that
 honours the flag (numpy) refuses to write. One that ignores it can write into
 the buffer, changing what later executions read; see ``docs/interop.md``.
 
-Import (:func:`import_dlpack`, behind ``pjrt_py.from_dlpack``,
+Import (``import_dlpack``, behind ``pjrt_py.from_dlpack``,
 ``Client.from_dlpack`` and foreign arguments to ``execute``). A compact
 row-major tensor in host memory, 64-byte aligned (what XLA's CPU client can
 view), becomes a Buffer viewing the producer's memory
@@ -35,6 +35,7 @@ import numpy as np
 from . import _core
 from .buffer import ZERO_COPY_ALIGNMENT, Buffer, host_to_device
 from .dtypes import pjrt_type
+from .errors import PjrtError
 from .promise import BufferPromise
 
 if TYPE_CHECKING:
@@ -182,7 +183,7 @@ def _host_copy(buffer: Buffer, version: tuple[int, int] | None) -> Any:
 class Foreign:
     """A producer's tensor, taken but not yet placed: an argument being checked.
 
-    ``shape`` and ``dtype`` are what the signature check reads; :func:`place`
+    ``shape`` and ``dtype`` are what the signature check reads; ``place``
     makes the Buffer. Dropping it releases the producer's tensor.
     """
 
@@ -344,12 +345,35 @@ __all__ = ["Foreign", "dlpack_device", "export", "import_dlpack", "is_foreign", 
 
 
 def to_torch(x: Buffer | BufferPromise) -> Any:
-    """A ``torch.Tensor`` sharing the buffer's memory on CPU (``torch.from_dlpack``)."""
+    """A ``torch.Tensor`` sharing the buffer's memory on CPU (``torch.from_dlpack``).
+
+    Parameters
+    ----------
+    x : Buffer or BufferPromise
+        The buffer, or a promise of one buffer (DLPack export waits until its
+        data is there).
+
+    Returns
+    -------
+    torch.Tensor
+        The tensor; on CPU it views the buffer's memory (no copy).
+
+    Raises
+    ------
+    TypeError
+        If torch cannot take the buffer through DLPack (its dtype, say).
+    ImportError
+        If torch is not installed.
+    PjrtError
+        If the work that makes the buffer failed (its own error).
+    """
     import torch
 
     buffer = x.buffer() if isinstance(x, BufferPromise) else x
     try:
         return torch.utils.dlpack.from_dlpack(buffer)
+    except PjrtError:
+        raise  # the work that made the buffer failed: its own error
     except (BufferError, RuntimeError) as e:
         raise TypeError(f"torch cannot take a {buffer.dtype} buffer through DLPack: {e}") from e
 
@@ -362,6 +386,27 @@ def to_jax(x: Buffer | BufferPromise) -> Any:
     (some 13 us) where it has the signature pjrt_py knows, and the dtype is
     one jax keeps as is (with x64 off, jax narrows 64-bit types: that copy is
     left to jax).
+
+    Parameters
+    ----------
+    x : Buffer or BufferPromise
+        The buffer, or a promise of one buffer (DLPack export waits until its
+        data is there).
+
+    Returns
+    -------
+    jax.Array
+        The array; for a CPU buffer, on jax's CPU device and viewing the
+        buffer's memory (no copy).
+
+    Raises
+    ------
+    TypeError
+        If jax cannot take the buffer through DLPack (its dtype, say).
+    ImportError
+        If jax is not installed.
+    PjrtError
+        If the work that makes the buffer failed (its own error).
     """
     import jax
     import jax.numpy as jnp
@@ -374,6 +419,8 @@ def to_jax(x: Buffer | BufferPromise) -> Any:
             if jax.dtypes.canonicalize_dtype(dtype) == dtype:
                 return fast(buffer.__dlpack__(), _jax_cpu(), None, None, CPU)
         return jnp.from_dlpack(buffer)
+    except PjrtError:
+        raise  # the work that made the buffer failed: its own error
     except (BufferError, RuntimeError) as e:
         raise TypeError(f"jax cannot take a {buffer.dtype} buffer through DLPack: {e}") from e
 
