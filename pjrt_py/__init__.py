@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from . import _runtime  # noqa: F401  (fork and exit handling)
 from .buffer import Buffer, aligned_empty
 from .client import Client, default_client
@@ -50,68 +48,20 @@ from .memory import Memory
 from .plugin import Plugin, PluginInfo, load_plugin, plugins
 from .program import ArgSpec
 from .promise import ArrayPromise, BufferPromise, Promise
+from .toplevel import (
+    buffer,
+    buffer_async,
+    compile,
+    execute,
+    execute_async,
+    from_dlpack,
+    is_ready,
+    to_numpy,
+    to_numpy_async,
+    value,
+)
 
 __version__ = "0.1.0"
-
-
-def buffer(value: Any, device: Device | None = None) -> Buffer:
-    """``default_client().buffer(value, device)``."""
-    return default_client().buffer(value, device)
-
-
-def buffer_async(value: Any, device: Device | None = None) -> BufferPromise:
-    """``default_client().buffer_async(value, device)``: returns at once."""
-    return default_client().buffer_async(value, device)
-
-
-def from_dlpack(x: Any, device: Device | None = None, *, copy: bool | None = None) -> Buffer:
-    """A Buffer from any DLPack producer (numpy, jax, torch, ...): zero-copy on CPU
-    where the memory allows. On ``device``'s client if given, else the default
-    client's. See :mod:`pjrt_py.dlpack`."""
-    client = device.client if isinstance(device, Device) else default_client()
-    assert isinstance(client, Client)
-    return client.from_dlpack(x, device, copy=copy)
-
-
-def compile(program: str | bytes, **options: Any) -> Executable:  # noqa: A001
-    """``default_client().compile(program, **options)``."""
-    return default_client().compile(program, **options)
-
-
-def execute(executable: Executable, *args: Any, **options: Any) -> Any:
-    """``executable.execute(*args, **options)``: outputs ready on return."""
-    return executable.execute(*args, **options)
-
-
-def execute_async(executable: Executable, *args: Any, **options: Any) -> BufferPromise:
-    """``executable.execute_async(*args, **options)``: a promise, at once."""
-    return executable.execute_async(*args, **options)
-
-
-def to_numpy(x: Buffer | BufferPromise) -> Any:
-    """Copy a buffer (or a promise of one) to a numpy array, waiting for it."""
-    return to_numpy_async(x).value()
-
-
-def to_numpy_async(x: Buffer | BufferPromise) -> ArrayPromise:
-    """Start a device-to-host copy of a buffer or a promise of one; returns at once."""
-    if isinstance(x, BufferPromise):
-        return x.to_numpy_async()
-    if isinstance(x, Buffer):
-        return x.to_numpy_async()
-    raise TypeError(f"expected a Buffer or a BufferPromise, got {type(x).__name__}")
-
-
-def value(x: Any, timeout: float | None = None) -> Any:
-    """Block until a promise is ready and return its value (anything else as is)."""
-    return x.value(timeout) if isinstance(x, Promise) else x
-
-
-def is_ready(x: Any) -> bool:
-    """Whether a promise (or a buffer) is ready, without blocking."""
-    if isinstance(x, (Promise, Buffer)):
-        return x.is_ready()
-    return True
 
 
 __all__ = [

@@ -1,9 +1,9 @@
-"""The compile helper process: the other end of :mod:`pjrt_py.isolate`.
+"""The compile helper process: the other end of ``pjrt_py.isolate``.
 
 It makes a client of the same plugin with the same options, then compiles
 each request and answers with the serialized executable, or with a
 description of the exception. It is a module of its own so that
-:mod:`pjrt_py.isolate` (which the client imports) does not import the client.
+``pjrt_py.isolate`` (which the client imports) does not import the client.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """jax's host callbacks (``pure_callback``, ``io_callback``, ``debug.print``)
-in programs lowered by :func:`pjrt_py.jit`.
+in programs lowered by ``pjrt_py.jit``.
 
 jax lowers each callback to ``stablehlo.custom_call
 @xla_ffi_python_cpu_callback`` with an ``index`` attribute into the list of

@@ -13,7 +13,7 @@ child, so none held by another thread at fork time can block it.
 
 Exit. At interpreter exit pjrt_py stops PJRT threads from calling into
 Python, then waits up to ``$PJRT_PY_EXIT_TIMEOUT`` seconds (default
-:data:`EXIT_TIMEOUT`) for running executions and calls in flight. Every
+``EXIT_TIMEOUT``) for running executions and calls in flight. Every
 client that is then idle is destroyed, which joins the plugin's threads while
 the memory they may touch is still alive. A client whose work is still
 running (a program that never ends) is not destroyed: it is left to the

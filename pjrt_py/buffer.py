@@ -1,6 +1,6 @@
 """Device buffers and host-to-device transfers.
 
-:class:`Buffer` is native (``native/buffer.c``): it owns one ``PJRT_Buffer``
+``Buffer`` is native (``native/buffer.c``): it owns one ``PJRT_Buffer``
 and frees it exactly once, never while a call is using it. ``delete()`` from
 one thread while another uses the buffer makes it dead to Python at once and
 frees the memory when that use ends.
@@ -12,7 +12,7 @@ every other case and decides the copy semantics.
 Copies and pickling follow ``jax.Array``: ``copy.copy`` / ``copy.deepcopy``
 make a new buffer with the same data on the same device; ``pickle`` stores
 the data and device id, and unpickling places the data with
-:func:`pjrt_py.default_client` (on the device of that id if it has one; see
+``pjrt_py.default_client`` (on the device of that id if it has one; see
 ``client._unpickle_buffer``).
 """
 
@@ -173,7 +173,25 @@ def _check_zero_copy(client: _Client, array: np.ndarray[Any, Any]) -> None:
 def aligned_empty(
     shape: Any, dtype: Any = np.float32, alignment: int = ZERO_COPY_ALIGNMENT
 ) -> np.ndarray[Any, Any]:
-    """An uninitialised C-contiguous array whose data is ``alignment``-aligned."""
+    """An uninitialised C-contiguous array whose data is ``alignment``-aligned.
+
+    Fill it and pass it to ``buffer(..., zero_copy=True)``, which on CPU needs
+    data aligned to ``ZERO_COPY_ALIGNMENT`` bytes.
+
+    Parameters
+    ----------
+    shape : int or sequence of int
+        The array's shape; a tuple is used as is.
+    dtype : data-type
+        Anything ``np.dtype`` takes (default ``float32``).
+    alignment : int
+        The data's address is a multiple of this many bytes (default 64).
+
+    Returns
+    -------
+    numpy.ndarray
+        A view into a slightly larger ``uint8`` array that owns the memory.
+    """
     dtype = np.dtype(dtype)
     dims = tuple(int(d) for d in np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
     nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize

@@ -39,6 +39,14 @@ from .promise import BufferPromise
 class Client(_core.ClientCore):
     """A PJRT client.
 
+    ``close()`` makes the client and everything made from it unusable at
+    once (``ValueError``). The PJRT client itself is destroyed when the last
+    of its buffers, executables and calls in flight is gone (a reference
+    count kept in C), so nothing can use it after it is freed, whatever order
+    Python collects objects in. ``copy.copy`` / ``copy.deepcopy`` give the
+    client itself; pickling raises ``TypeError``. In a process forked after
+    the client was made, the client is closed (see ``pjrt_py._runtime``).
+
     Parameters
     ----------
     plugin : str, path or Plugin, optional
@@ -49,7 +57,7 @@ class Client(_core.ClientCore):
         (e.g. ``{"cpu_device_count": 4}`` for the CPU plugin).
     cache_dir : str or path, optional
         Keep compiled programs on disk there, across processes (see
-        :mod:`pjrt_py.cache`). With none, ``$PJRT_PY_CACHE_DIR`` is used if
+        ``pjrt_py.cache``). With none, ``$PJRT_PY_CACHE_DIR`` is used if
         set; ``cache_dir=False`` turns the disk cache off whatever the
         environment says.
     cache_max_bytes : int, optional
@@ -57,23 +65,15 @@ class Client(_core.ClientCore):
         else 1 GiB); least recently used entries go first.
     isolate_compile : bool, optional
         Compile in a helper process by default (``compile(isolate=...)``
-        overrides it; see :mod:`pjrt_py.isolate`). With none,
+        overrides it; see ``pjrt_py.isolate``). With none,
         ``$PJRT_PY_ISOLATE_COMPILE=1`` turns it on. The helper starts on the
         first isolated compile and stops at ``close()``.
     kv_store : object, optional
         A key-value store (``get``, ``try_get``, ``put``; see
-        :mod:`pjrt_py.kv`) the plugin coordinates processes through. It is
+        ``pjrt_py.kv``) the plugin coordinates processes through. It is
         kept until the PJRT client is destroyed. A CPU plugin cannot run
         across processes: options asking it to (``num_nodes`` > 1, a
         ``node_id`` or ``process_id`` > 0) raise ``UnsupportedError``.
-
-    ``close()`` makes the client and everything made from it unusable at
-    once (``ValueError``). The PJRT client itself is destroyed when the last
-    of its buffers, executables and calls in flight is gone (a reference
-    count kept in C), so nothing can use it after it is freed, whatever order
-    Python collects objects in. ``copy.copy`` / ``copy.deepcopy`` give the
-    client itself; pickling raises ``TypeError``. In a process forked after
-    the client was made, the client is closed (see :mod:`pjrt_py._runtime`).
     """
 
     def __init__(
@@ -230,11 +230,12 @@ class Client(_core.ClientCore):
     # -- public API -----------------------------------------------------
     @property
     def default_device(self) -> Device:
+        """The first addressable device: where ``buffer`` places data when no device is named."""
         return self.addressable_devices[0]
 
     @property
     def memories(self) -> list[Memory]:
-        """Every memory space addressable from this client (see :mod:`pjrt_py.memory`)."""
+        """Every memory space addressable from this client (see ``pjrt_py.memory``)."""
         require_memories(self)
         with self._pinned() as ptr:
             args = self.plugin.invoke("PJRT_Client_AddressableMemories", client=ptr)
@@ -244,10 +245,46 @@ class Client(_core.ClientCore):
     def from_dlpack(
         self, x: Any, device: Device | None = None, *, copy: bool | None = None
     ) -> Buffer:
-        """A Buffer of this client from any DLPack producer (see :mod:`pjrt_py.dlpack`).
+        """A Buffer of this client from any DLPack producer (see ``pjrt_py.dlpack``).
 
         Zero-copy on CPU where the memory allows (``copy=None``); ``copy=True``
         always copies, ``copy=False`` raises ``BufferError`` rather than copy.
+
+        Parameters
+        ----------
+        x : object
+            An object with ``__dlpack__`` (numpy array, ``jax.Array``,
+            ``torch.Tensor``, ...), a DLPack capsule, or a ``Buffer`` (or
+            ``BufferPromise`` of one) of this client, returned as is if it
+            is on the target device and ``copy`` is not True, else copied there.
+        device : Device, optional
+            The device of this client to place it on. If None: for a tensor in
+            device memory, the client's device with that hardware id if it has
+            one; otherwise the client's first addressable device.
+        copy : bool, optional
+            None (default): use the producer's memory in place where the client
+            can (on CPU: compact row-major host memory, 64-byte aligned), else
+            copy. True: always copy. False: never copy; raise instead.
+
+        Returns
+        -------
+        Buffer
+            The buffer; a view of the producer's memory if nothing was copied.
+
+        Raises
+        ------
+        ValueError
+            If the client is closed, or ``device`` belongs to another client or
+            is not addressable from this one.
+        BufferError
+            If ``copy=False`` and ``x`` cannot be used without a copy, if a
+            tensor in device memory would have to be copied to another device
+            type, or if the producer's tensor is malformed (negative dimension,
+            no data).
+        TypeError
+            If ``x`` is not a DLPack producer, its dtype has no PJRT element
+            type, ``device`` is not a ``Device``, or ``copy`` is not True,
+            False or None.
         """
         self._check_open()
         return import_dlpack(self, x, device, copy)
@@ -277,7 +314,7 @@ class Client(_core.ClientCore):
           on, as jax asks (a module with GSPMD shardings falls back to GSPMD
           in the plugin).
         * ``device_assignment[replica][partition]`` names the device (an id or
-          a :class:`Device`) of each; the default is the first
+          a ``Device``) of each; the default is the first
           ``replicas x partitions`` devices in order.
         * ``device`` targets one device (a one-device assignment). Arguments
           must then live on that device: one on another device is an
@@ -294,18 +331,61 @@ class Client(_core.ClientCore):
         client's devices) before the plugin sees them.
 
         ``ordered=True`` makes every execution ordered (see
-        :mod:`pjrt_py.effects`); the token-threaded form is compiled now.
+        ``pjrt_py.effects``); the token-threaded form is compiled now.
 
         Compiling the same program with the same options again takes the
         compiled program from this client's in-memory cache (each call gets
-        its own :class:`Executable` sharing it), and, with a disk cache, a
+        its own ``Executable`` sharing it), and, with a disk cache, a
         fresh process loads it instead of compiling.
         ``cache=False`` compiles anew and leaves both caches alone.
 
-        ``isolate=True`` compiles in a helper process (see :mod:`pjrt_py.isolate`),
-        so a compiler crash raises :class:`CompilerCrashError` instead of
+        ``isolate=True`` compiles in a helper process (see ``pjrt_py.isolate``),
+        so a compiler crash raises ``CompilerCrashError`` instead of
         killing this process; the default is the client's ``isolate_compile``.
         The caches do not depend on it: a hit is a hit either way.
+
+        Parameters
+        ----------
+        program : str or bytes
+            The program: MLIR text (``str``) or bytecode (``bytes``; a
+            ``bytearray`` or ``memoryview`` is copied to ``bytes``).
+        num_replicas, num_partitions : int, optional
+            The replica and partition counts: positive ints below ``2**31``.
+            None (default) reads the module's ``mhlo.num_replicas`` /
+            ``mhlo.num_partitions``, else takes 1.
+        device_assignment : sequence of sequences of int or Device, optional
+            ``device_assignment[replica][partition]``: a ``num_replicas`` x
+            ``num_partitions`` rectangle of distinct devices of this client,
+            each a device id or a ``Device``. None (default): the first
+            ``replicas x partitions`` of ``devices``, in order.
+        compile_options : bytes, optional
+            A serialized ``CompileOptionsProto``, used as is instead of the
+            options the other arguments encode (see
+            ``encode_compile_options``); it excludes
+            ``num_replicas``, ``num_partitions``, ``device_assignment``,
+            ``device`` and ``debug_options``.
+        device : Device, optional
+            One addressable device of this client to compile a one-replica,
+            one-partition program for.
+        ordered : bool, optional
+            Make every execution ordered (default False); needs the program's
+            text.
+        cache : bool, optional
+            Look the program up in the caches and store it there (default
+            True); False compiles anew and leaves both caches alone.
+        debug_options : mapping, optional
+            ``xla.DebugOptions`` fields to override, by name or field number,
+            each to a bool, int, float, str or bytes.
+        isolate : bool, optional
+            Compile in a helper process; None (default) takes the client's
+            ``isolate_compile``.
+
+        Returns
+        -------
+        Executable
+            The compiled program, loaded on this client's devices: a new
+            ``Executable`` on every call, sharing a cached compiled
+            program with the other calls that hit it.
 
         Raises
         ------
@@ -313,6 +393,20 @@ class Client(_core.ClientCore):
             With the compiler's message, if the program is invalid.
         CompilerCrashError
             If an isolated compile's helper process died (e.g. ``SIGSEGV``).
+        TypeError
+            If ``program`` is neither ``str`` nor ``bytes``, ``device`` (or an
+            entry of ``device_assignment``) is not a ``Device`` or an id,
+            or ``debug_options`` has a key or value of the wrong type.
+        ValueError
+            If the client is closed; if the program is empty, or its text would
+            crash the plugin (brackets nested too deep, a cycle of calls, a
+            type whose size overflows int64); if
+            ``compile_options`` is empty, not bytes, or given with the keywords
+            it excludes; if a count is not a positive int, the placement does
+            not fit this client's devices, or ``device`` is given for more than
+            one replica or partition; if a ``Device`` belongs to another
+            client or is not addressable; or if ``ordered=True`` for a
+            bytecode program.
         """
         self._check_open()
         if isinstance(program, (bytearray, memoryview)):
@@ -441,8 +535,24 @@ class Client(_core.ClientCore):
     def deserialize(self, data: bytes) -> Executable:
         """Load an executable from ``Executable.serialize()`` bytes.
 
+        Parameters
+        ----------
+        data : bytes
+            What ``Executable.serialize`` returned: the plugin's
+            serialized executable, wrapped with the identity of the plugin
+            build and devices that made it, and the program's signature.
+
+        Returns
+        -------
+        Executable
+            The executable, loaded on this client.
+
         Raises
         ------
+        ValueError
+            If the client is closed.
+        PjrtError
+            If the plugin cannot load the executable.
         SerializationError
             If ``data`` is not such bytes, is damaged, or was made by a
             different plugin build or device set: checked before the plugin
@@ -487,8 +597,47 @@ class Client(_core.ClientCore):
     ) -> Buffer:
         """Move a numpy array or scalar to ``device`` and wait until it is there.
 
-        ``memory``: a :class:`Memory` of ``device`` or one of its kinds
+        ``memory``: a ``Memory`` of ``device`` or one of its kinds
         (``"pinned_host"``, ...); the device's default memory if None.
+
+        Parameters
+        ----------
+        value : array_like
+            A numpy array or scalar (anything ``np.asarray`` takes) of a
+            supported dtype and rank at most 64. Its data is copied unless
+            ``zero_copy`` is True.
+        device : Device, optional
+            An addressable device of this client; ``default_device`` if
+            None.
+        zero_copy : bool, optional
+            Make the buffer alias ``value``'s memory instead of copying it
+            (default False): CPU only, for a C-contiguous array whose data is
+            64-byte aligned (see ``aligned_empty``). Writing to
+            the array then changes the buffer.
+        memory : Memory or str, optional
+            The memory space to place the buffer in: a ``Memory``
+            addressable by ``device``, or the kind of one of its memories.
+
+        Returns
+        -------
+        Buffer
+            The buffer, its data on the device.
+
+        Raises
+        ------
+        TypeError
+            If the dtype is not supported, ``value`` is already a
+            ``Buffer`` or ``BufferPromise``, ``device`` is not a
+            ``Device``, ``zero_copy`` is not a bool, or ``memory`` is
+            neither a ``Memory`` nor a str.
+        ValueError
+            If the client is closed; ``device`` belongs to another client or is
+            not addressable; the array's rank is above 64; ``zero_copy`` is
+            asked for off CPU or for an array that is not C-contiguous and
+            aligned; or ``memory`` is not a memory of ``device``.
+        UnsupportedError
+            If ``memory`` is given and the plugin does not report memory
+            spaces, or placed the buffer in another memory.
         """
         if device is None and not zero_copy and memory is None:
             promise = self.buffer_async(value)  # keywords would leave the native path
@@ -548,6 +697,12 @@ def default_client() -> Client:
     """The process-wide client the module-level functions use (made on first use).
 
     A closed default client is replaced; so is one inherited over ``os.fork()``.
+
+    Returns
+    -------
+    Client
+        A ``Client()``: the plugin named by ``$PJRT_PLUGIN``, else the CPU
+        plugin, with the environment's cache and compile settings.
     """
     global _default
     with _default_lock:

@@ -207,7 +207,52 @@ def encode_compile_options(
     falls back to GSPMD for a module with GSPMD shardings, checked on all
     three CPU builds).
     ``debug_options`` sets single ``xla.DebugOptions`` fields, by name
-    (:data:`DEBUG_OPTION_NAMES`) or by field number.
+    (``DEBUG_OPTION_NAMES``) or by field number.
+
+    Parameters
+    ----------
+    num_replicas, num_partitions : int, optional
+        The replica and partition counts (default 1 each): positive ints
+        below ``2**31``.
+    device_assignment : sequence of sequences of int, optional
+        ``device_assignment[replica][partition]`` is a device id: a
+        ``num_replicas`` x ``num_partitions`` rectangle of distinct,
+        non-negative ids. None leaves the placement to the plugin.
+    use_spmd_partitioning : bool, optional
+        ``ExecutableBuildOptions.use_spmd_partitioning``; None for the
+        default above.
+    use_shardy_partitioner : bool, optional
+        ``ExecutableBuildOptions.use_shardy_partitioner``; None for the
+        default above.
+    compile_portable_executable : bool, optional
+        Set ``CompileOptionsProto.compile_portable_executable`` (off by
+        default).
+    debug_options : mapping, optional
+        ``xla.DebugOptions`` fields to set, by name or field number, each to
+        a bool, int, float, str or bytes; they override jax's values where
+        ``like_jax`` writes them.
+    like_jax : bool, optional
+        Write what ``jax.jit`` sends (default True); False leaves the plugin
+        its own defaults for everything the other arguments do not set.
+
+    Returns
+    -------
+    bytes
+        The serialized ``CompileOptionsProto``, for ``Client.compile``'s
+        ``compile_options``.
+
+    Raises
+    ------
+    ValueError
+        If a count is not a positive int below ``2**31``; if
+        ``device_assignment`` is not a ``num_replicas`` x ``num_partitions``
+        rectangle of distinct, non-negative int ids; or if ``debug_options``
+        names an unknown field or gives an int that does not fit 64 bits.
+    TypeError
+        If ``debug_options`` is not a mapping, a key is neither a str nor an
+        int field number in ``[1, 2**29)``, or a value is not of its field's
+        type (a named field's bool, int or str; for a field number, one of
+        the types above).
     """
     num_replicas = positive_count("num_replicas", num_replicas)
     num_partitions = positive_count("num_partitions", num_partitions)

@@ -1,9 +1,9 @@
 """A compiled program as pjrt_py sees it: metadata, signature, inspection.
 
-One :class:`CompiledProgram` stands for one ``PJRT_LoadedExecutable`` (owned
+One ``CompiledProgram`` stands for one ``PJRT_LoadedExecutable`` (owned
 by a native ``Loaded`` object) and everything read from it once: name, output
 count, devices, the parameter signature the calls are checked against, the
-donated parameters, and the outputs' metadata. The :class:`~pjrt_py.Executable`
+donated parameters, and the outputs' metadata. The ``Executable``
 objects that ``Client.compile`` hands out for one cached program share it.
 """
 
@@ -44,6 +44,30 @@ class MemoryStats:
 
     ``host_*`` fields count host memory a device program uses; on the CPU
     plugin everything is in the default memory and they are zero.
+    ``Executable.memory_analysis()`` makes one from the plugin's answer.
+
+    Parameters
+    ----------
+    generated_code_size_in_bytes : int
+        The compiled code.
+    argument_size_in_bytes : int
+        The arguments.
+    output_size_in_bytes : int
+        The outputs.
+    alias_size_in_bytes : int
+        The outputs that reuse an argument's memory (donated parameters).
+    temp_size_in_bytes : int
+        The temporary memory the program allocates while it runs.
+    host_generated_code_size_in_bytes : int
+        ``generated_code_size_in_bytes``, in host memory.
+    host_argument_size_in_bytes : int
+        ``argument_size_in_bytes``, in host memory.
+    host_output_size_in_bytes : int
+        ``output_size_in_bytes``, in host memory.
+    host_alias_size_in_bytes : int
+        ``alias_size_in_bytes``, in host memory.
+    host_temp_size_in_bytes : int
+        ``temp_size_in_bytes``, in host memory.
     """
 
     generated_code_size_in_bytes: int

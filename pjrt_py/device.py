@@ -25,7 +25,17 @@ class Owner(Protocol):
 
 
 class Device:
-    """One device of a :class:`~pjrt_py.Client`.
+    """One device of a ``Client``.
+
+    A client makes one Device per PJRT device (its ``devices`` and
+    ``addressable_devices``); there is no need to make one directly.
+
+    Parameters
+    ----------
+    client : Client
+        The client the device belongs to.
+    ptr : cffi pointer
+        The ``PJRT_Device*`` of the device; its description is read here.
 
     Attributes
     ----------
@@ -70,11 +80,12 @@ class Device:
 
     @property
     def platform(self) -> str:
+        """The platform name of the device's client (``"cpu"``, ``"cuda"``, ...)."""
         return self.client.platform_name
 
     @property
     def memories(self) -> list[Memory]:
-        """The memory spaces this device can address (see :mod:`pjrt_py.memory`)."""
+        """The memory spaces this device can address (see ``pjrt_py.memory``)."""
         if self._memories is None:
             self._memories = _memory.device_memories(self)
         return list(self._memories)
@@ -85,7 +96,26 @@ class Device:
         return _memory.default_memory(self)
 
     def memory(self, kind: str) -> Memory:
-        """This device's memory of ``kind`` (``ValueError`` if it has none)."""
+        """This device's memory of ``kind`` (``ValueError`` if it has none).
+
+        Parameters
+        ----------
+        kind : str
+            A memory kind: ``"device"``, ``"pinned_host"``, ``"unpinned_host"``,
+            or another the plugin reports.
+
+        Returns
+        -------
+        Memory
+            The first of ``memories`` of that kind.
+
+        Raises
+        ------
+        ValueError
+            If the device has no memory of ``kind``.
+        UnsupportedError
+            If the plugin does not report memory spaces.
+        """
         return _memory.resolve(self, kind)
 
     # A device is a handle to one device of one client: copies are the

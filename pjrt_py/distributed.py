@@ -3,15 +3,15 @@ coordination service (``pjrt_py.distributed.initialize``).
 
 Process 0 hosts the service (a gRPC server in jaxlib); every process,
 process 0 included, connects a service client to it, and gives its PJRT
-client a :class:`~pjrt_py.kv.JaxCoordinationStore` over that connection with
+client a ``JaxCoordinationStore`` over that connection with
 ``num_nodes`` / ``node_id`` set, so the plugin exchanges topologies (and, on
 GPU, collective ids) through it. This is the arrangement jax uses.
 
 Only plugins that read the key-value callbacks can run this way: the CUDA
-plugin does; no CPU build does (see :func:`pjrt_py.client_options.refuse_multiprocess_cpu`),
-and :func:`initialize` refuses a CPU plugin before starting anything.
+plugin does; no CPU build does (see ``pjrt_py.client_options.refuse_multiprocess_cpu``),
+and ``initialize`` refuses a CPU plugin before starting anything.
 
-Teardown (:func:`shutdown`, also registered for interpreter exit): the PJRT
+Teardown (``shutdown``, also registered for interpreter exit): the PJRT
 client is closed, the processes meet at a barrier (none may leave while a
 peer still needs the service), the service client stops, and process 0 stops
 the service last. jaxlib aborts a process whose service becomes unreachable

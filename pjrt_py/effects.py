@@ -11,7 +11,7 @@ design JAX uses (see docs/effects.md):
 * The token is a ``bool[0]`` buffer. An ordered execution runs a
   token-threaded form of its program: the same ``@main`` with one more
   parameter and one more result, the token, both last.
-  :func:`with_runtime_token` writes that form from the program text; users
+  ``with_runtime_token`` writes that form from the program text; users
   never write it themselves.
 * Each thread keeps the token of its last ordered execution. The next one
   takes it as an argument, so the plugin starts it only once that token is
@@ -102,7 +102,22 @@ def with_runtime_token(program: str) -> str:
     body, and returns its results plus the token, last. Output indices are
     unchanged.
 
-    Raises ``ValueError`` if ``@main`` cannot be found or read.
+    Parameters
+    ----------
+    program : str
+        A StableHLO program in MLIR text, with a ``func.func @main``.
+
+    Returns
+    -------
+    str
+        The token-threaded program text.
+
+    Raises
+    ------
+    ValueError
+        If ``@main`` cannot be found or read (a parameter, its brackets or its
+        result types), or if the program already has a runtime token (it
+        mentions ``@pjrt_py_body``).
     """
     found = find_main(program)
     if found is None:

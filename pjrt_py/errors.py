@@ -6,7 +6,7 @@ code) and the plugin's message. Argument errors found in Python before any
 PJRT call are plain ``TypeError`` / ``ValueError``.
 
 This module imports nothing of pjrt_py's: it is the bottom layer, and the
-native core (``pjrt_py._core``) makes its exceptions from :data:`BY_CODE`.
+native core (``pjrt_py._core``) makes its exceptions from ``BY_CODE``.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class PluginLoadError(PjrtError):
 
 class CompilerCrashError(PjrtError):
     """The compiler died: an isolated compile's helper process (see
-    :mod:`pjrt_py.isolate`) was killed by a signal (``SIGSEGV``, or
+    ``pjrt_py.isolate``) was killed by a signal (``SIGSEGV``, or
     ``SIGABRT`` from a failed ``CHECK``) or exited while compiling.
 
     Attributes

@@ -3,12 +3,12 @@
 ``Executable.execute_async`` is native (``native/executable.c``): a call whose
 arguments are all live Buffers (or one-buffer promises) of this client with
 the compiled shapes and dtypes runs from call to promise in C. Every other
-call comes to :meth:`Executable._execute_async_slow` here, which checks the
-arguments (see :mod:`pjrt_py.arguments`), transfers host values, and handles
+call comes to ``Executable._execute_async_slow`` here, which checks the
+arguments (see ``pjrt_py.arguments``), transfers host values, and handles
 donation, ordered execution and several devices.
 
 What pjrt_py knows about the program (signature, outputs, inspection) lives
-in a :class:`~pjrt_py.compiled.CompiledProgram`, shared by the executables
+in a ``CompiledProgram``, shared by the executables
 ``Client.compile`` returns for one cached program.
 """
 
@@ -38,18 +38,25 @@ class Executable(_core.ExecutableCore):
     or ``Client.deserialize``.
 
     Call ``execute(*args)`` for outputs that are ready on return, or
-    ``execute_async(*args)`` for a :class:`~pjrt_py.BufferPromise` at once.
-    Arguments may be :class:`~pjrt_py.Buffer`, promises of one buffer, or
+    ``execute_async(*args)`` for a ``BufferPromise`` at once.
+    Arguments may be ``Buffer``, promises of one buffer, or
     numpy arrays / scalars (transferred to the executable's device first).
 
-    Arguments are checked against :attr:`input_signature` before anything
+    Arguments are checked against ``input_signature`` before anything
     reaches the plugin: a wrong count, shape or dtype raises ``TypeError``.
     Python scalars take the dtype of their parameter, as JAX's weakly typed
     scalars do; numpy arrays and buffers must match exactly.
 
     ``copy.copy`` / ``copy.deepcopy`` give another executable sharing the
     compiled program (deleting one leaves the other usable); pickling raises
-    ``TypeError``: use :meth:`serialize`.
+    ``TypeError``: use ``serialize``.
+
+    Parameters
+    ----------
+    program : CompiledProgram
+        The loaded program and what pjrt_py read from it (name, devices,
+        signature, outputs). ``Client.compile`` and ``Client.deserialize``
+        make it; the executables of one cached program share it.
     """
 
     def __init__(self, program: CompiledProgram) -> None:
@@ -82,22 +89,31 @@ class Executable(_core.ExecutableCore):
     # -- what the program is ----------------------------------------------
     @property
     def name(self) -> str:
+        """The program's name, as the plugin reports it (``PJRT_Executable_Name``)."""
         return self._program.name
 
     @property
     def num_outputs(self) -> int:
+        """How many outputs one execution gives, per device."""
         return self._program.num_outputs
 
     @property
     def devices(self) -> list[Device]:
+        """The devices the program runs on, in execution order.
+
+        One per replica and partition (replicas x partitions of the device
+        assignment); ``execute_sharded`` takes one argument list per entry.
+        """
         return self._program.devices
 
     @property
     def num_replicas(self) -> int:
+        """The replica count the program was compiled for (1 where the plugin cannot tell)."""
         return self._program.num_replicas
 
     @property
     def num_partitions(self) -> int:
+        """The partition count the program was compiled for (1 where the plugin cannot tell)."""
         return self._program.num_partitions
 
     @property
@@ -121,10 +137,20 @@ class Executable(_core.ExecutableCore):
 
     @property
     def output_dtypes(self) -> list[np.dtype[Any]]:
+        """The numpy dtype of each output, as the plugin reports it.
+
+        Reading it raises ``ValueError`` once the executable is deleted or its
+        client closed.
+        """
         return self._live().output_dtypes()
 
     @property
     def output_shapes(self) -> list[tuple[int, ...]]:
+        """The shape of each output, as the plugin reports it.
+
+        Reading it raises ``ValueError`` once the executable is deleted or its
+        client closed.
+        """
         return self._live().output_shapes()
 
     @property
@@ -141,7 +167,20 @@ class Executable(_core.ExecutableCore):
 
         XLA plugins answer ``"hlo_with_config"`` (a serialized
         ``HloModuleProtoWithConfig``) or ``"hlo"`` (an ``HloModuleProto``).
-        Raises :class:`~pjrt_py.UnsupportedError` if the plugin cannot.
+
+        Returns
+        -------
+        tuple of (str, bytes)
+            The format name and the serialized program.
+
+        Raises
+        ------
+        UnimplementedError
+            If the plugin cannot give the optimized program:
+            ``UnsupportedError`` (a subclass) where its API has no
+            ``PJRT_Executable_OptimizedProgram``.
+        ValueError
+            If the executable has been deleted or its client closed.
         """
         return self._live().optimized_program()
 
@@ -150,25 +189,79 @@ class Executable(_core.ExecutableCore):
 
         PJRT hands over a protobuf, not text; printing it takes XLA's HLO
         printer, which pjrt_py borrows from ``jaxlib`` when it is installed.
-        Without jaxlib this raises :class:`~pjrt_py.UnsupportedError`;
-        :meth:`optimized_program` still returns the raw module.
+        Without jaxlib this raises ``UnsupportedError``;
+        ``optimized_program`` still returns the raw module.
+
+        Returns
+        -------
+        str
+            The HLO module, as XLA's printer writes it.
+
+        Raises
+        ------
+        UnsupportedError
+            If jaxlib is not installed, or its printer cannot read this
+            plugin's module (another XLA version, say).
+        UnimplementedError
+            If the plugin cannot give the optimized program (see
+            ``optimized_program``).
+        ValueError
+            If the executable has been deleted or its client closed.
         """
         return self._live().as_text()
 
     def cost_analysis(self) -> dict[str, Any] | None:
-        """The plugin's cost estimates (``flops``, ``bytes accessed``, ...), or None."""
+        """The plugin's cost estimates (``flops``, ``bytes accessed``, ...), or None.
+
+        Returns
+        -------
+        dict or None
+            The plugin's ``PJRT_Executable_GetCostAnalysis`` properties by
+            name (numbers, strings, bools or lists of ints, as the plugin
+            types them); None where the plugin does not implement it.
+
+        Raises
+        ------
+        ValueError
+            If the executable has been deleted or its client closed.
+        """
         return self._live().cost_analysis()
 
     def memory_analysis(self) -> MemoryStats | None:
-        """Compiled memory statistics, or None where the plugin has none."""
+        """Compiled memory statistics, or None where the plugin has none.
+
+        Returns
+        -------
+        MemoryStats or None
+            Sizes in bytes from ``PJRT_Executable_GetCompiledMemoryStats``;
+            None where the plugin does not implement it.
+
+        Raises
+        ------
+        ValueError
+            If the executable has been deleted or its client closed.
+        """
         return self._live().memory_analysis()
 
     def serialize(self) -> bytes:
         """The compiled program as bytes, for ``Client.deserialize`` later.
 
         Only a client of the same plugin build and devices can load them (see
-        :mod:`pjrt_py.serialization`); the bytes carry a checksum and the
+        ``pjrt_py.serialization``); the bytes carry a checksum and the
         parameter signature.
+
+        Returns
+        -------
+        bytes
+            The plugin's serialized executable, wrapped with the plugin's
+            identity, the parameter signature and a checksum.
+
+        Raises
+        ------
+        PjrtError
+            If the plugin cannot serialize the executable.
+        ValueError
+            If the executable has been deleted or its client closed.
         """
         return self._live().serialize(self._signature)
 
@@ -183,6 +276,7 @@ class Executable(_core.ExecutableCore):
 
     @property
     def is_deleted(self) -> bool:
+        """Whether ``delete`` (or ``close``) has been called on this executable."""
         return self._loaded is None
 
     def delete(self) -> None:
@@ -314,6 +408,37 @@ class Executable(_core.ExecutableCore):
         ``per_device_args[d]`` holds the arguments for ``self.devices[d]``
         (the executable's device order: replicas x partitions of its device
         assignment). Returns one promise per device, of that device's outputs.
+
+        Parameters
+        ----------
+        per_device_args : sequence of sequences
+            One argument list per device, ``len(self.devices)`` of them. Each
+            holds Buffers, promises of one buffer, or numpy arrays / scalars
+            (transferred to that device first), checked against
+            ``input_signature``.
+        non_donatable : iterable of int, optional
+            Indices of donated parameters this call must not donate: their
+            buffers stay valid.
+
+        Returns
+        -------
+        list of BufferPromise
+            One promise per device, in ``self.devices`` order, returned at once.
+
+        Raises
+        ------
+        TypeError
+            If ``per_device_args`` is not a list of argument lists (a Buffer,
+            promise or array given instead, or an entry that is not a list),
+            for a wrong argument count, shape, dtype or type (as
+            ``execute``), or if ``non_donatable`` is not a sequence of
+            indices.
+        ValueError
+            If the number of argument lists is not the number of devices; if
+            an argument is a dead buffer, another client's, on another device
+            than its list's, or a Python scalar that does not fit its
+            parameter's dtype; if a ``non_donatable`` entry is not a parameter
+            index; or if the executable has been deleted or its client closed.
         """
         self._live()
         n = len(self.devices)
@@ -340,7 +465,27 @@ class Executable(_core.ExecutableCore):
         *,
         non_donatable: Iterable[int] | None = None,
     ) -> list[list[Buffer]]:
-        """``execute_sharded_async``, waited for: one list of output Buffers per device."""
+        """``execute_sharded_async``, waited for: one list of output Buffers per device.
+
+        Parameters
+        ----------
+        per_device_args : sequence of sequences
+            One argument list per device, as for ``execute_sharded_async``.
+        non_donatable : iterable of int, optional
+            Indices of donated parameters this call must not donate.
+
+        Returns
+        -------
+        list of list of Buffer
+            Each device's outputs, in ``self.devices`` order, ready on return.
+
+        Raises
+        ------
+        TypeError, ValueError
+            For arguments ``execute_sharded_async`` refuses.
+        PjrtError
+            If the execution fails on any device.
+        """
         promises = self.execute_sharded_async(per_device_args, non_donatable=non_donatable)
         for p in promises:
             p.value()
@@ -352,6 +497,44 @@ class Executable(_core.ExecutableCore):
         """Run the program; outputs are ready on return.
 
         Returns a Buffer (one output), a tuple of Buffers, or None (no outputs).
+
+        Parameters
+        ----------
+        *args : Buffer, BufferPromise, numpy array or scalar
+            One argument per parameter, checked against
+            ``input_signature``; host values (and other frameworks'
+            arrays, through DLPack) are placed on the executable's device first.
+        ordered : bool, optional
+            Start only after every earlier ordered execution of this thread
+            has completed, on any device (see ``pjrt_py.effects``).
+            An executable compiled with ``ordered=True`` always runs ordered.
+        non_donatable : iterable of int, optional
+            Indices of donated parameters this call must not donate: their
+            buffers stay valid.
+
+        Returns
+        -------
+        Buffer, tuple of Buffer or None
+            The outputs: one Buffer for one output, a tuple for several, None
+            for none.
+
+        Raises
+        ------
+        TypeError
+            For a wrong argument count, shape or dtype, an argument of a type
+            it cannot take, a Python scalar of another kind than its parameter
+            (``2.5`` for an int), or a ``non_donatable`` that is not a sequence
+            of indices.
+        ValueError
+            If an argument is a dead buffer, another client's, or on another
+            device; if a Python scalar does not fit its parameter's dtype or
+            a ``non_donatable`` entry is not a parameter index; if the program
+            runs on several devices (use ``execute_sharded``); if
+            ``ordered`` is asked of an executable without its program text
+            (deserialized, or compiled from bytecode); or if the executable
+            has been deleted or its client closed.
+        PjrtError
+            If the execution fails.
         """
         if ordered or non_donatable is not None:
             return self.execute_async(*args, ordered=ordered, non_donatable=non_donatable).value()

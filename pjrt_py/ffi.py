@@ -1,7 +1,7 @@
 """XLA FFI custom-call targets: C handlers a program calls through
 ``stablehlo.custom_call @name(...) {api_version = 4 : i32}``.
 
-:func:`register_ffi_target` hands an existing C function (an
+``register_ffi_target`` hands an existing C function (an
 ``XLA_FFI_Handler``, e.g. one written with XLA's FFI headers and loaded with
 ``ctypes``) to a plugin through its PJRT FFI extension. Registration belongs
 to the plugin library, for the whole process: every client of that plugin
@@ -11,12 +11,12 @@ That is why it takes a client only to name the plugin.
 Before the first registration with a plugin, pjrt_py compiles a call to a
 probe handler of its own, to learn whether that plugin's compiler sees
 registered targets at all; a plugin that does not, or has no FFI extension,
-gets :class:`~pjrt_py.UnsupportedError` at registration, before anything is
+gets ``UnsupportedError`` at registration, before anything is
 registered. A handler also says which XLA FFI API version it was built for,
 when XLA asks at compile time. xla-cpu-pjrt (PJRT 0.81) refuses one newer
 than its own (a handler built with jaxlib 0.10.2's headers says 0.3; one
 saying 0.1 runs) and reports it as ``NotFound``: pjrt_py turns that into an
-``UnsupportedError`` that says so (:func:`explain_compile_error`). What each
+``UnsupportedError`` that says so (``explain_compile_error``). What each
 CPU build does is in ``docs/callbacks.md``.
 
 A handler is trusted native code: pjrt_py cannot check a function pointer,

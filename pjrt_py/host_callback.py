@@ -1,6 +1,6 @@
 """Python host callbacks: a program's ``stablehlo.custom_call`` runs a Python function.
 
-:func:`register_callback` binds a custom-call target name to a Python
+``register_callback`` binds a custom-call target name to a Python
 function. A program that contains::
 
     %r = stablehlo.custom_call @name(%a, %b) {api_version = 4 : i32}
@@ -12,7 +12,7 @@ plugin calls is a C function of pjrt_py's (``native/host_callback.c``): it
 takes the GIL on the plugin's thread, calls ``fn``, checks each returned
 array's shape and dtype against the result the program declares, and copies
 it in. Anything that goes wrong fails the execution with a
-:class:`~pjrt_py.PjrtError` raised where its results are read, whose message
+``PjrtError`` raised where its results are read, whose message
 names the callback and carries the Python traceback's last frames.
 
 Decisions (see docs/callbacks.md):
@@ -24,7 +24,7 @@ Decisions (see docs/callbacks.md):
   redefines a callback.
 * **CPU only.** The handler reads operands and writes results through host
   pointers; on a GPU plugin they are device memory. Other platforms get
-  :class:`~pjrt_py.UnsupportedError`.
+  ``UnsupportedError``.
 * **Operands are views**, read-only and valid during the call only
   (``copy=False``, the default: no copy, whatever the size). A view kept
   after the call would read memory XLA has reused, so keeping one (in a list,
@@ -43,7 +43,7 @@ Decisions (see docs/callbacks.md):
 * **Re-entry.** ``fn`` may dispatch work (``execute_async``) and read
   results that are ready. Waiting inside a callback for a result that is not
   ready raises ``RuntimeError``: the plugin thread running the callback may be
-  the one that work needs (see :func:`in_host_callback`).
+  the one that work needs (see ``in_host_callback``).
 """
 
 from __future__ import annotations
@@ -118,7 +118,18 @@ _SLOTS = _core.host_callback_setup(XLA_DTYPES, _routes, _format_error)
 
 
 def in_host_callback() -> bool:
-    """Whether the calling thread is running a host callback for a plugin."""
+    """Whether the calling thread is running a host callback for a plugin.
+
+    Waiting there, with no timeout, for a result that is not ready raises
+    ``RuntimeError``: the plugin thread running the callback may be the one
+    that work needs.
+
+    Returns
+    -------
+    bool
+        True inside a function registered with ``register_callback`` (or
+        a jax callback routed through ``pjrt_py.jit``) while it runs.
+    """
     return bool(_core.in_host_callback())
 
 
@@ -176,7 +187,7 @@ def register_callback(
         On a plugin that cannot run FFI targets, or a platform other than CPU.
     ValueError
         For a bad name, a name taken by a native handler
-        (:func:`register_ffi_target`), or when all of pjrt_py's callback
+        (``register_ffi_target``), or when all of pjrt_py's callback
         handlers are in use.
     TypeError
         If ``fn`` is not callable.

@@ -7,10 +7,10 @@ so it has the same devices. The helper compiles, serializes the executable
 (``Executable.serialize()``'s envelope) and sends it back; the parent loads it
 with the same identity check as ``Client.deserialize``. A compiler that
 crashes takes down the helper only: the parent raises
-:class:`~pjrt_py.CompilerCrashError` naming the signal, with the tail of the
+``CompilerCrashError`` naming the signal, with the tail of the
 helper's output (where XLA prints a failed ``CHECK``); the next isolated
 compile starts a new helper. A compile error the helper raises (a
-:class:`~pjrt_py.PjrtError` subclass, ``ValueError``, ...) is raised again in
+``PjrtError`` subclass, ``ValueError``, ...) is raised again in
 the parent with the same class and message.
 
 Protocol. Two pipes, one each way, in the helper as the file descriptors
@@ -22,7 +22,7 @@ program bytes, then the serialized ``CompileOptionsProto``. A reply is
 description of the exception. The helper reads requests until its request
 pipe closes, then exits at once (``os._exit``).
 
-Lifetime. One helper per client (:class:`IsolatedCompiler`, the client's
+Lifetime. One helper per client (``IsolatedCompiler``, the client's
 ``compile_helper``), started on the first isolated compile and reused; a lock
 keeps concurrent compiles from interleaving their messages. It stops when
 the client closes (idempotent; after close, compiling raises ``ValueError``),
@@ -35,12 +35,12 @@ the child's own clients start their own helpers.
 
 ``$PJRT_PY_COMPILE_TIMEOUT`` (seconds, default none) bounds each isolated
 compile, the helper's start included: past it the helper is killed and
-:class:`~pjrt_py.DeadlineExceededError` is raised.
+``DeadlineExceededError`` is raised.
 
 Test hook: a helper started with ``$PJRT_PY_ISOLATE_TEST_CRASH`` set to
 ``segv``, ``abort`` or ``hang`` kills itself with ``SIGSEGV``, aborts
 (``SIGABRT``) or never answers when asked to compile a program containing
-:data:`TEST_CRASH_MARKER` (e.g. in an MLIR ``//`` comment), so tests need no
+``TEST_CRASH_MARKER`` (e.g. in an MLIR ``//`` comment), so tests need no
 real compiler bug.
 """
 

@@ -11,7 +11,7 @@ the static arguments. Calls with a signature seen before cost a dictionary
 lookup and a dispatch; a new signature lowers and compiles once.
 
 Like ``jax.jit``, a call returns at once: its outputs are pjrt_py
-:class:`~pjrt_py.Buffer` objects in the structure the function returns, whose
+``Buffer`` objects in the structure the function returns, whose
 work may still be running. Reading one (``to_numpy()``, ``np.asarray``) or
 ``block_until_ready()`` waits, and raises if the work failed. Outputs can be
 passed straight to the next call.
@@ -71,6 +71,10 @@ def jit(
 ) -> Any:
     """Compile ``fn`` with JAX's tracer and run it on pjrt_py.
 
+    Arguments may be Buffers, numpy arrays and scalars, or other frameworks'
+    arrays (jax, torch, any DLPack producer), which are used in place on CPU
+    where their memory allows (see ``pjrt_py.dlpack``).
+
     Parameters
     ----------
     fn : callable
@@ -88,9 +92,20 @@ def jit(
         DLPack, ``"numpy"`` (a copy), or any callable taking a Buffer. All but
         ``"buffer"`` wait for the result.
 
-    Arguments may be Buffers, numpy arrays and scalars, or other frameworks'
-    arrays (jax, torch, any DLPack producer), which are used in place on CPU
-    where their memory allows (see :mod:`pjrt_py.dlpack`).
+    Returns
+    -------
+    Jitted or callable
+        The compiled function; with ``fn`` None, a decorator that takes the
+        function and returns its ``Jitted``.
+
+    Raises
+    ------
+    ValueError
+        If ``out`` is neither one of the names above nor a callable.
+    TypeError
+        If ``fn`` is not callable (raised when it is given or decorated).
+    ImportError
+        If jax is not installed (raised when ``fn`` is given or decorated).
     """
     convert = _converter(out)
     if fn is None:
@@ -134,7 +149,32 @@ class _Call(NamedTuple):
 
 
 class Lowered:
-    """A function lowered to StableHLO for one call signature (seed 004's stage 2)."""
+    """A function lowered to StableHLO for one call signature (seed 004's stage 2).
+
+    Made by ``Jitted.lower`` (and by a call with a new signature).
+
+    Parameters
+    ----------
+    jitted : Jitted
+        The function lowered; its client compiles the program.
+    text : str
+        The StableHLO (MLIR text) to compile: jax's, with its host callbacks
+        pointed at pjrt_py's router and, for ordered effects, ``@main``'s
+        token parameters and results made inside.
+    in_tree : PyTreeDef
+        The structure of the non-static arguments, ``(args, kwargs)``.
+    out_tree : PyTreeDef
+        The structure of the outputs.
+    names : list of str
+        A name per flat argument (``x``, ``params['w']``), given to the
+        compiled executable's parameters for its argument errors.
+    routes : Routes, optional
+        jax's host callbacks the program calls (``pure_callback``,
+        ``io_callback``, ``debug.print``), kept by the executable.
+    ordered : bool, optional
+        Whether the program has jax's ordered effects: every execution of the
+        compiled executable is then ordered (see ``pjrt_py.effects``).
+    """
 
     def __init__(
         self,
@@ -155,12 +195,31 @@ class Lowered:
         self.arg_names = names
 
     def as_text(self) -> str:
-        """The StableHLO (MLIR text) handed to the compiler."""
+        """The StableHLO (MLIR text) handed to the compiler.
+
+        Returns
+        -------
+        str
+            The program text, as ``compile`` compiles it.
+        """
         return self._text
 
     def compile(self) -> Executable:
-        """Compile for the client: an :class:`~pjrt_py.Executable` taking the
-        flattened array arguments (static ones removed), in ``in_tree`` order."""
+        """Compile for the client: an ``Executable`` taking the
+        flattened array arguments (static ones removed), in ``in_tree`` order.
+
+        Returns
+        -------
+        Executable
+            The compiled program, its parameters named after the arguments
+            (``arg_names``); ordered on every execution if the function has
+            jax's ordered effects. The client's compile cache may supply it.
+
+        Raises
+        ------
+        PjrtError
+            With the compiler's message, if the plugin refuses the program.
+        """
         exe = self._jitted.client.compile(self._text)
         signature = exe.input_signature
         if signature is not None and len(signature) == len(self.arg_names):
@@ -174,7 +233,32 @@ class Lowered:
 
 
 class Jitted:
-    """A function compiled per call signature; made by :func:`jit`."""
+    """A function compiled per call signature; made by ``jit``.
+
+    Parameters
+    ----------
+    fn : callable
+        The JAX-traceable function.
+    static_argnums : int or sequence of int
+        Positions of the static arguments. A static position also makes its
+        parameter's name static, as in ``jax.jit``.
+    static_argnames : str or sequence of str
+        Names of the static arguments; a static name also makes its position
+        static.
+    client : Client or None
+        Where to compile and run; ``pjrt_py.default_client()`` (on first use)
+        if None.
+    convert : callable, optional
+        Applied to each output Buffer (``jit``'s ``out=``); None returns the
+        Buffers.
+
+    Raises
+    ------
+    TypeError
+        If ``fn`` is not callable.
+    ImportError
+        If jax is not installed.
+    """
 
     def __init__(
         self,
@@ -212,6 +296,7 @@ class Jitted:
 
     @property
     def client(self) -> Client:
+        """The client this function compiles and runs on (``default_client()`` if none)."""
         if self._client is None:
             self._client = default_client()
         return self._client
@@ -347,7 +432,28 @@ class Jitted:
         return names
 
     def lower(self, *args: Any, **kwargs: Any) -> Lowered:
-        """Lower for these arguments' signature without running (seed 004's stages)."""
+        """Lower for these arguments' signature without running (seed 004's stages).
+
+        The function's cache is neither read nor filled; errors of jax's
+        tracing and lowering pass through.
+
+        Parameters
+        ----------
+        *args, **kwargs
+            Arguments as for a call, static ones included; only their
+            structure, shapes and dtypes (and the static values) matter.
+
+        Returns
+        -------
+        Lowered
+            The StableHLO for this signature, ready to ``compile``.
+
+        Raises
+        ------
+        TypeError
+            If a static argument is not hashable, or an argument is of a type
+            ``jit`` cannot take.
+        """
         return self._lower(self._flatten_call(args, kwargs))
 
     # -- calls --------------------------------------------------------------
@@ -377,10 +483,20 @@ class Jitted:
         return outputs[0] if single else _unflatten(out_tree, outputs)
 
     def cache_size(self) -> int:
-        """How many signatures have been compiled."""
+        """How many signatures have been compiled.
+
+        Returns
+        -------
+        int
+            The number of call signatures in this function's cache.
+        """
         return len(self._cache)
 
     def clear_cache(self) -> None:
+        """Forget every compiled signature; the next call of each lowers and compiles again.
+
+        Compiling again may take the program from the client's compile cache.
+        """
         with self._lock:
             self._cache.clear()
             self._flat.clear()

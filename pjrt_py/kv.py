@@ -14,17 +14,17 @@ any object with these methods:
 
 Keys may hold any bytes (the plugins' have spaces and brackets), and values
 are binary. A store reports a missing key by raising ``KeyError`` (or
-:class:`~pjrt_py.NotFoundError`), a timeout by ``TimeoutError`` (or
-:class:`~pjrt_py.DeadlineExceededError`), and a key put twice by
-``FileExistsError`` (or :class:`~pjrt_py.AlreadyExistsError`): the plugin
+``NotFoundError``), a timeout by ``TimeoutError`` (or
+``DeadlineExceededError``), and a key put twice by
+``FileExistsError`` (or ``AlreadyExistsError``): the plugin
 reads those codes. Anything else reaches the plugin as ``UNKNOWN`` with the
 exception's text. The store's methods are called with the GIL, from any
 thread, concurrently: they must be thread-safe, and they must not call
 back into the client that is being created.
 
-Two stores come with pjrt_py: :class:`InMemoryStore`, for several clients
-in one process (and tests), and :class:`JaxCoordinationStore`, over jaxlib's
-coordination service (what :func:`pjrt_py.distributed.initialize` uses).
+Two stores come with pjrt_py: ``InMemoryStore``, for several clients
+in one process (and tests), and ``JaxCoordinationStore``, over jaxlib's
+coordination service (what ``pjrt_py.distributed.initialize`` uses).
 docs/distributed.md says how to put Redis or etcd behind the same protocol.
 """
 

@@ -7,9 +7,9 @@ else a plugin offers. pjrt_py reports them as the plugin does; it does not
 invent kinds. All three CPU builds give each device one memory of each of the
 three kinds, ``"device"`` the default (``docs/interop.md`` has the table).
 
-Place data with ``client.buffer(x, memory=...)`` (a :class:`Memory` or a kind
+Place data with ``client.buffer(x, memory=...)`` (a ``Memory`` or a kind
 of the target device) and move it with ``Buffer.copy_to_memory``. Where the
-plugin lacks the calls, both raise :class:`~pjrt_py.UnsupportedError`.
+plugin lacks the calls, both raise ``UnsupportedError``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,17 @@ if TYPE_CHECKING:
 class Memory:
     """One memory space of a client.
 
+    A client makes one Memory per PJRT memory (its ``memories``, a device's
+    ``memories``); there is no need to make one directly.
+
+    Parameters
+    ----------
+    client : Client
+        The client the memory belongs to.
+    ptr : cffi pointer
+        The ``PJRT_Memory*`` of the memory; its id, kind and debug string are
+        read here.
+
     Attributes
     ----------
     id : int
@@ -36,6 +47,8 @@ class Memory:
         ``"pinned_host"``, ``"unpinned_host"``, ...).
     kind_id : int or None
         The plugin's number for the kind (None where it has no such call).
+    debug_string : str
+        The plugin's description of this memory (``PJRT_Memory_DebugString``).
     """
 
     def __init__(self, client: Owner, ptr: Any) -> None:

@@ -3,7 +3,7 @@
 The CPU plugins crash the whole process, rather than report an error, on a
 few kinds of program: a recursive ``@main`` (through ``func.call``) crashes
 compilation, tens of thousands of nested brackets overflow the MLIR parser's
-stack, and a type whose size overflows int64 aborts. :func:`check_program`
+stack, and a type whose size overflows int64 aborts. ``check_program``
 turns each into a ``ValueError`` first.
 
 The lexer is regular expressions over the whole text, not a Python loop per
@@ -151,7 +151,7 @@ def _lex(text: str) -> _Lexed:
 def check_program(text: str) -> None:
     """Raise ``ValueError`` for text that would crash a plugin instead of failing.
 
-    Checked: bracket nesting deeper than :data:`MAX_DEPTH`; a cycle of calls
+    Checked: bracket nesting deeper than ``MAX_DEPTH``; a cycle of calls
     among the module's functions (``call``, ``func.call`` or ``callee =``);
     a ``tensor`` / ``memref`` / ``vector`` type whose static element count,
     or size in bytes, exceeds int64. Comments and strings are ignored. Other

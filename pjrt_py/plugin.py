@@ -109,7 +109,28 @@ class PluginInfo:
     ``version`` that distribution's version; ``api`` the PJRT C API version
     measured for that build, ``defects`` the wrong results known in it and
     ``edge_cases`` its differences at subnormals, poles or by ulps (see
-    :data:`BUILDS`); ``default`` says whether its platform name picks it.
+    ``BUILDS``); ``default`` says whether its platform name picks it.
+
+    Parameters
+    ----------
+    name : str
+        The platform: ``"cpu"``, ``"cuda"``, ``"tpu"`` or ``"rocm"`` (``"?"``
+        for a library no known build matches).
+    path : str
+        The plugin library's resolved path.
+    distribution : str, optional
+        The PyPI distribution that installed it.
+    version : str, optional
+        That distribution's installed version.
+    api : tuple of (int, int), optional
+        ``(major, minor)`` of the PJRT C API measured for the build; None if
+        not measured.
+    defects : tuple of str
+        Wrong results known in the build.
+    default : bool
+        Whether the platform name picks this plugin.
+    edge_cases : tuple of str
+        Differences from ``jax.jit`` at subnormals, poles or by a few ulps.
     """
 
     name: str  # the platform: cpu, cuda, tpu, rocm
@@ -140,7 +161,17 @@ def _version(distribution: str) -> str | None:
 
 
 def plugins() -> list[PluginInfo]:
-    """The plugins installed as wheels; for each platform, the default first."""
+    """The plugins installed as wheels; for each platform, the default first.
+
+    Only the known builds (``BUILDS``) are looked for, in their import
+    packages; nothing is loaded.
+
+    Returns
+    -------
+    list of PluginInfo
+        One entry per library found, in the order of ``BUILDS``; the first
+        of each platform has ``default=True``.
+    """
     found: list[PluginInfo] = []
     seen: set[str] = set()
     for build in BUILDS:
@@ -190,7 +221,7 @@ def find_plugin(spec: str | os.PathLike[str] | None = None) -> str:
 
     A spec is a path to a plugin library; a platform name (``"cpu"``,
     ``"cuda"``, ``"tpu"``, ``"rocm"``), which picks that platform's default
-    build (the first of :func:`plugins`: no known wrong result first, then
+    build (the first of ``plugins``: no known wrong result first, then
     the newest PJRT API); or the PyPI distribution name of an installed
     plugin (``"xla-cpu-pjrt"``). With no spec, the ``PJRT_PLUGIN``
     environment variable (any of those), else ``"cpu"``.
@@ -222,7 +253,7 @@ def find_plugin(spec: str | os.PathLike[str] | None = None) -> str:
 
 
 def plugin_info(path: str) -> PluginInfo:
-    """What :func:`plugins` knows of the library at ``path`` (a bare entry if nothing)."""
+    """What ``plugins`` knows of the library at ``path`` (a bare entry if nothing)."""
     for info in plugins():
         if info.path == path:
             return info
@@ -230,7 +261,16 @@ def plugin_info(path: str) -> PluginInfo:
 
 
 class Plugin:
-    """A loaded and initialised PJRT plugin. Get one with :func:`load_plugin`.
+    """A loaded and initialised PJRT plugin. Get one with ``load_plugin``.
+
+    Parameters
+    ----------
+    path : str
+        The plugin's shared library, loaded with ``dlopen`` (never closed).
+    fresh : bool
+        Load a new instance of a library this process already loaded, in a
+        link-map namespace of its own (glibc's ``dlmopen``): what
+        ``load_plugin`` does in a child of ``os.fork()``.
 
     Attributes
     ----------
@@ -238,6 +278,14 @@ class Plugin:
         The shared library.
     api_version : tuple[int, int]
         ``(major, minor)`` of the PJRT C API the plugin was built with.
+
+    Raises
+    ------
+    PluginLoadError
+        If the library cannot be loaded, has no ``GetPjrtApi``, or implements
+        another major version of the PJRT C API than pjrt_py was built for.
+    PjrtError
+        If the plugin fails to initialise (``PJRT_Plugin_Initialize``).
     """
 
     def __init__(self, path: str, *, fresh: bool = False) -> None:
@@ -261,14 +309,40 @@ class Plugin:
 
     @property
     def version_text(self) -> str:
+        """The plugin's PJRT C API version as ``"major.minor"`` text."""
         return f"{self.api_version[0]}.{self.api_version[1]}"
 
     def supports(self, function: str) -> bool:
-        """Whether the plugin's function table reaches ``function``'s slot."""
+        """Whether the plugin's function table reaches ``function``'s slot.
+
+        Parameters
+        ----------
+        function : str
+            A PJRT C API function name, such as ``"PJRT_Client_Create"``.
+
+        Returns
+        -------
+        bool
+            True if the function is in the PJRT header pjrt_py was built with
+            and the plugin's ``PJRT_Api`` (its ``struct_size``) is long enough to
+            hold its slot.
+        """
         return function in self._supported
 
     def require(self, function: str) -> None:
-        """Raise :class:`UnsupportedError` unless the plugin has ``function``."""
+        """Raise ``UnsupportedError`` unless the plugin has ``function``.
+
+        Parameters
+        ----------
+        function : str
+            A PJRT C API function name, such as ``"PJRT_Client_Create"``.
+
+        Raises
+        ------
+        UnsupportedError
+            If ``function`` is not in the PJRT header pjrt_py was built with,
+            or the plugin's function table does not reach its slot.
+        """
         if function not in self._supported:
             if function not in _SLOT_END:
                 raise UnsupportedError(
@@ -281,16 +355,56 @@ class Plugin:
             )
 
     def call(self, function: str, args: Any) -> None:
-        """The call boundary: check the slot, call, raise and free any error."""
+        """The call boundary: check the slot, call, raise and free any error.
+
+        Parameters
+        ----------
+        function : str
+            The PJRT C API function to call, such as ``"PJRT_Client_Create"``.
+        args : cffi cdata
+            Its ``<function>_Args*`` struct, filled in; the function writes its
+            outputs into it.
+
+        Raises
+        ------
+        UnsupportedError
+            If the plugin does not have ``function`` (see ``require``).
+        PjrtError
+            The subclass for the error's code, with the plugin's message, if
+            the function returns a ``PJRT_Error`` (which is then destroyed).
+        """
         self.require(function)
         error = getattr(self.api, function)(args)
         if error:
             raise _core.error_from_pjrt(self.address, address(error))
 
     def invoke(self, function: str, **fields: Any) -> Any:
-        """Build ``<function>_Args`` (zeroed, ``struct_size`` from the header),
-        set ``fields``, call through :meth:`call`, and return the args struct
-        with the function's outputs."""
+        """Call ``function`` with an args struct built from ``fields``.
+
+        Builds ``<function>_Args`` (zeroed, ``struct_size`` from the header),
+        sets ``fields``, calls through ``call``, and returns the args struct
+        with the function's outputs.
+
+        Parameters
+        ----------
+        function : str
+            The PJRT C API function to call, such as ``"PJRT_Client_Create"``.
+        **fields
+            Values for the fields of ``<function>_Args``, by field name; the
+            others stay zero.
+
+        Returns
+        -------
+        cffi cdata
+            The ``<function>_Args*`` struct, with the function's outputs.
+
+        Raises
+        ------
+        UnsupportedError
+            If the plugin does not have ``function`` (see ``require``).
+        PjrtError
+            The subclass for the error's code, if the function returns an error.
+        """
         args = ffi.new(f"{function}_Args*")
         args.struct_size = getattr(lib, f"{function}_Args_STRUCT_SIZE")
         for name, value in fields.items():
@@ -399,6 +513,31 @@ def load_plugin(spec: str | os.PathLike[str] | None = None) -> Plugin:
     held for ever (measured: compiling in the child aborted, or hung, on all
     three CPU plugin builds). The file is not copied. glibc allows 16
     namespaces, so about 15 generations of forks that each load it.
+
+    Parameters
+    ----------
+    spec : str or path, optional
+        A path to a plugin library; a platform name (``"cpu"``, ``"cuda"``,
+        ``"tpu"``, ``"rocm"``), which picks that platform's default build
+        (see ``plugins``); or the PyPI distribution name of an installed
+        plugin (``"xla-cpu-pjrt"``). With none, the ``PJRT_PLUGIN``
+        environment variable (any of those), else ``"cpu"``.
+
+    Returns
+    -------
+    Plugin
+        The plugin, loaded and initialised: the same object for the same
+        library on every call (in a forked child, a new instance once).
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``spec`` names no installed plugin and no file.
+    PluginLoadError
+        If the library cannot be loaded, has no ``GetPjrtApi``, or implements
+        another major version of the PJRT C API than pjrt_py was built for.
+    PjrtError
+        If the plugin fails to initialise (``PJRT_Plugin_Initialize``).
     """
     path = find_plugin(spec)
     with _LOAD_LOCK:

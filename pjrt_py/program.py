@@ -3,7 +3,7 @@
 An executable's signature is used to check every call's arguments in Python,
 before anything reaches the plugin (which would otherwise reinterpret a
 same-sized buffer of another dtype without a word). Names come from the text
-(``jax.arg_info`` or ``%name``, read by :mod:`.mlir_text`); bytecode programs
+(``jax.arg_info`` or ``%name``, read by ``.mlir_text``); bytecode programs
 get shapes from the compiled module instead (see ``_hlo_proto``) and are named
 by position.
 """
@@ -25,7 +25,23 @@ if TYPE_CHECKING:
 class ArgSpec:
     """One parameter of ``@main``: its name, shape (None dims are dynamic) and
     dtype, and the ``mhlo.layout_mode`` it asks for, if any (``"{0,1}"``,
-    ``"auto"``; None or ``"default"``: the platform's default layout)."""
+    ``"auto"``; None or ``"default"``: the platform's default layout).
+
+    Parameters
+    ----------
+    name : str
+        The parameter's name in the text (``jax.arg_info`` or ``%name``);
+        empty where the program gives none (a bytecode program's parameters
+        are named by position).
+    shape : tuple of (int or None), or None
+        The dimensions, None for a dynamic one. None where the shape is not
+        known: a dynamic parameter of known dtype, or not a tensor.
+    dtype : numpy.dtype or None
+        The element type; None where it is not a tensor (e.g. a token).
+    layout : str, optional
+        The ``mhlo.layout_mode`` attribute's value; None (default) where the
+        text sets none.
+    """
 
     name: str
     shape: tuple[int | None, ...] | None  # None: not a tensor (e.g. a token)
@@ -34,12 +50,22 @@ class ArgSpec:
 
     @property
     def default_layout(self) -> bool:
+        """Whether ``layout`` asks for the platform's default (None or ``"default"``)."""
         return self.layout in (None, "default")
 
     def minor_to_major(self) -> tuple[int, ...] | None:
         """The layout this parameter is read in, where the text says it:
         row-major for the default, the given order for ``"{1,0}"``; None for
-        ``"auto"`` (the compiler chose) or an unknown rank."""
+        ``"auto"`` (the compiler chose) or an unknown rank.
+
+        Returns
+        -------
+        tuple of int or None
+            The dimensions from minor to major: ``(rank - 1, ..., 0)`` for the
+            default layout, the order the layout lists otherwise. None where
+            the shape is unknown, or the layout is not a ``{...}`` list of every
+            dimension once (``"auto"`` included).
+        """
         if self.shape is None:
             return None
         if self.default_layout:
@@ -61,7 +87,23 @@ class ArgSpec:
         return self.dtype is not None and self.shape is not None and None not in self.shape
 
     def accepts(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> bool:
-        """Whether an argument of ``shape`` and ``dtype`` fits this parameter."""
+        """Whether an argument of ``shape`` and ``dtype`` fits this parameter.
+
+        Parameters
+        ----------
+        shape : tuple of int
+            The argument's shape.
+        dtype : numpy.dtype
+            The argument's dtype.
+
+        Returns
+        -------
+        bool
+            True if ``dtype`` is this parameter's dtype and ``shape`` has its
+            rank and every fixed dimension it has; only the dtype is compared
+            where the shape is unknown, and anything fits a parameter whose
+            dtype is unknown (a token or tuple).
+        """
         if self.dtype is None:
             return True  # a token or tuple: nothing pjrt_py can check
         if dtype != self.dtype:

@@ -1,13 +1,13 @@
 """Promises: the results of asynchronous work.
 
-The types are native (``native/promise.c``): :class:`Promise` holds PJRT
+The types are native (``native/promise.c``): ``Promise`` holds PJRT
 events and answers ``is_ready()`` without blocking; ``value()`` waits for them
 with the GIL released, in slices, so Ctrl-C raises ``KeyboardInterrupt``
 while the work goes on; ``add_done_callback`` and ``await`` are driven by
 ``PJRT_Event_OnReady`` callbacks, never by a polling thread.
 
-:class:`BufferPromise` is the promise of an execution's outputs (or of a
-transfer); :class:`ArrayPromise` the promise of a device-to-host copy.
+``BufferPromise`` is the promise of an execution's outputs (or of a
+transfer); ``ArrayPromise`` the promise of a device-to-host copy.
 
 Promises cannot be copied or pickled (``TypeError``): each stands for one
 piece of work in flight; share the object, or copy its ``value()``.

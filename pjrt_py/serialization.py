@@ -7,10 +7,10 @@ pjrt_py wraps the blob in an envelope it can check in Python first::
 
     b"PJRTPYEX"  u32 format  u32 header size  header (JSON)  payload
 
-The header records which plugin build made the payload (:func:`plugin_identity`),
+The header records which plugin build made the payload (``plugin_identity``),
 the payload's size and SHA-256, and the parameter signature, which PJRT does
 not keep (names and shapes used for argument checks). ``unpack`` raises
-:class:`~pjrt_py.SerializationError` for anything that is not a whole,
+``SerializationError`` for anything that is not a whole,
 undamaged envelope; the caller compares identities before loading.
 """
 
@@ -154,7 +154,7 @@ def identity_mismatch(made_by: dict[str, Any], here: dict[str, Any]) -> str | No
 
 
 def disk_identity(client: Identified) -> bytes:
-    """:func:`plugin_identity` plus where the library is and when it was
+    """``plugin_identity`` plus where the library is and when it was
     written, so reinstalling a plugin also starts a fresh disk cache."""
     st = os.stat(client.plugin.path)
     local = {

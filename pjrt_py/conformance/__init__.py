@@ -6,11 +6,11 @@ builds, each program in a persistent worker process, and reports pass /
 mismatch / error / crash / timeout / unsupported per build. See
 ``docs/conformance.md``.
 
-Modules: :mod:`.checks` (rewriting check calls into results), :mod:`.compare`
-(host comparison rules), :mod:`.cases` (finding and loading files),
-:mod:`.targets` (choosing plugin builds), :mod:`.worker` (the worker
-process), :mod:`.runner` (the pool), :mod:`.report` (table, JSON, JUnit) and
-:mod:`.command` (the command line).
+Modules: ``.checks`` (rewriting check calls into results), ``.compare``
+(host comparison rules), ``.cases`` (finding and loading files),
+``.targets`` (choosing plugin builds), ``.worker`` (the worker
+process), ``.runner`` (the pool), ``.report`` (table, JSON, JUnit) and
+``.command`` (the command line).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A case is one ``.mlir`` file. Its sibling ``.npy`` files, named
 ``<stem>.input<N>.npy`` and ``<stem>.expected<N>.npy`` (N from 0, no gaps),
 are ``@main``'s arguments and the expected values of its first results.
-Check calls in ``@main`` (:mod:`pjrt_py.conformance.checks`) are honoured
+Check calls in ``@main`` (``pjrt_py.conformance.checks``) are honoured
 either way.
 """
 

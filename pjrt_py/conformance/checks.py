@@ -8,13 +8,13 @@ an argument-less ``@main`` and checks them with side-effecting custom calls::
         : (tensor<2xi32>) -> ()
     %ok = stablehlo.custom_call @check.eq(%got, %want) : (...) -> tensor<i1>
 
-Plugins do not implement these targets, so :func:`rewrite` turns every check
+Plugins do not implement these targets, so ``rewrite`` turns every check
 into results of ``@main`` instead: the checked value and the expected value
 (for a ``_const`` check, its ``value`` attribute becomes a
 ``stablehlo.constant`` in the program, so the plugin materialises it and no
 dense literal is parsed in Python). A check whose result is used (the older
 ``check.eq`` returning ``tensor<i1>``) is replaced by a true constant. The
-host then compares the pairs (:mod:`pjrt_py.conformance.compare`).
+host then compares the pairs (``pjrt_py.conformance.compare``).
 
 The rewrite is textual and works on pretty-printed ``func.func @main`` with
 pretty or generic (``"stablehlo.custom_call"(...) {call_target_name = ...}``)

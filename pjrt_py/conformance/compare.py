@@ -5,7 +5,7 @@ Rules (``docs/conformance.md``):
 - integers and booleans are always compared exactly;
 - ``eq``: floats exactly (``-0.0 == 0.0``; NaN equals NaN), complex per part;
 - ``almost_eq``: ``|got - want| <= tol + tol * |want|`` with ``tol`` from
-  :data:`ALMOST_EQ_TOLERANCE` (the StableHLO interpreter's 1e-4, widened to
+  ``ALMOST_EQ_TOLERANCE`` (the StableHLO interpreter's 1e-4, widened to
   two machine epsilons for the narrow float types); NaN equals NaN, an
   infinity only itself;
 - ``close``: the distance in units in the last place is within

@@ -1,12 +1,12 @@
 """Running cases in a pool of persistent worker processes.
 
-Each plugin build gets ``jobs`` worker processes (:mod:`.worker`), each
+Each plugin build gets ``jobs`` worker processes (``.worker``), each
 driven by one thread here that hands it one path at a time. A worker that
 dies on a case (a signal, an exit) or passes the per-case timeout is that
 case's ``crash`` / ``timeout``, with the signal's name and the tail of the
 worker's stderr; it is killed if need be and replaced, and the run goes on.
 
-Workers are forked from a zygote where that is safe (:mod:`.zygote`), else
+Workers are forked from a zygote where that is safe (``.zygote``), else
 started as fresh ``python -m pjrt_py.conformance.worker PLUGIN`` processes.
 """
 
@@ -67,7 +67,7 @@ class WorkerGone(Exception):
 class Worker:
     """One worker process for one plugin build, spoken to over pipes.
 
-    The process starts at once; :meth:`ready` waits for its plugin to load."""
+    The process starts at once; ``ready`` waits for its plugin to load."""
 
     def __init__(self, target: Target, zygote: Zygote | None = None) -> None:
         self.target = target
@@ -208,7 +208,7 @@ class Pool:
     """Started workers waiting for their first case, and their zygote.
 
     Making one starts ``count`` workers per target, so their plugins load
-    while the caller goes on (finding the files, say); :meth:`trim` stops
+    while the caller goes on (finding the files, say); ``trim`` stops
     the ones not needed. Close it (or use it as a context manager): every
     worker it made is killed if still running, busy ones included (a Ctrl-C
     stops the run at once), and ``closing`` tells the threads using them to

@@ -1,9 +1,9 @@
 """Which plugin builds a conformance run uses, and their labels.
 
 ``--plugin`` takes a ``.so`` path, a platform name (``cpu``: the first
-plugin :func:`pjrt_py.plugins` finds for it) or an installed distribution's
+plugin ``pjrt_py.plugins`` finds for it) or an installed distribution's
 name (``lammps-jax-pjrt-cpu``: the PJRT plugin file that distribution
-installed). ``--all-plugins`` takes every plugin :func:`pjrt_py.plugins`
+installed). ``--all-plugins`` takes every plugin ``pjrt_py.plugins``
 finds. Each build is labelled by its distribution name where one is known,
 else by its file name.
 """
@@ -45,7 +45,7 @@ def _is_plugin_file(path: Path) -> bool:
 def distribution_of(path: str) -> str | None:
     """The distribution that installed the plugin file ``path``, if known.
 
-    :func:`pjrt_py.plugins` knows it for the builds it finds; for another
+    ``pjrt_py.plugins`` knows it for the builds it finds; for another
     file inside a site-packages, a distribution named like the file's
     directory is taken when it owns the file (no scan of every installed
     distribution: that costs a third of a second)."""

@@ -2,8 +2,8 @@
 
     python -m pjrt_py.conformance.worker PLUGIN
 
-Started by the runner (:mod:`pjrt_py.conformance.runner`), usually not as a
-fresh interpreter but forked from its zygote, which then runs :func:`serve`
+Started by the runner (``pjrt_py.conformance.runner``), usually not as a
+fresh interpreter but forked from its zygote, which then runs ``serve``
 the same way. It loads the plugin once, answers ``{"ready": ...}``, then
 reads one JSON request per line on stdin (``{"path": "..."}``) and writes one
 JSON result per line. The results go to their own pipe (the process's

@@ -1,7 +1,7 @@
 """The zygote: the process ``pjrt-py test`` forks its workers from.
 
 On Linux, while the runner is still single-threaded, it
-forks a *zygote* (:class:`Zygote`): a process that has the runner's imports
+forks a *zygote* (``Zygote``): a process that has the runner's imports
 (pjrt_py, numpy, the worker code; shared copy-on-write) but has loaded no
 plugin and made no client, and that stays single-threaded. Every worker,
 replacements included, is forked from it on request and loads its plugin
