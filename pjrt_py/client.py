@@ -103,6 +103,8 @@ class Client(_core.ClientCore):
         platform = plugin_info(self.plugin.path).name
         options = checked_options(platform, options)
         refuse_multiprocess_cpu(platform, options)
+        nodes = options.get("num_nodes")
+        self._spans_processes = isinstance(nodes, int) and nodes > 1
         if kv_store is not None:
             check_store(kv_store)
         self.options: dict[str, Any] = dict(options)  # what a compile helper's client gets
@@ -407,6 +409,9 @@ class Client(_core.ClientCore):
             one replica or partition; if a ``Device`` belongs to another
             client or is not addressable; or if ``ordered=True`` for a
             bytecode program.
+        UnsupportedError
+            For an isolated compile on a client that spans processes (its
+            helper process cannot join the job).
         """
         self._check_open()
         if isinstance(program, (bytearray, memoryview)):
@@ -439,6 +444,11 @@ class Client(_core.ClientCore):
             check_compile_options(options, [d.id for d in self.devices])
         if isolate is None:
             isolate = self.isolate_compile
+        if isolate and self._spans_processes:
+            raise UnsupportedError(
+                "an isolated compile runs in a helper process, which cannot join this "
+                "client's job of several processes: compile with isolate=False"
+            )
         if not cache:
             compiled = self._compile(program, program_bytes(program), options, isolate)
         else:

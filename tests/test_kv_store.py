@@ -425,3 +425,13 @@ def test_launcher_environments(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SLURM_PROCID", "1")
     monkeypatch.setenv("SLURM_NTASKS", "2")
     assert distributed.from_environment() == (1, 2)
+
+
+def test_an_isolated_compile_is_refused_for_a_client_spanning_processes() -> None:
+    # A CPU client cannot span processes; the flag stands for what a CUDA
+    # client with num_nodes > 1 sets, to run the check on a real client.
+    client = pjrt_py.Client()
+    client._spans_processes = True
+    with pytest.raises(pjrt_py.UnsupportedError, match="helper process, which cannot join"):
+        client.compile("func.func @main() -> () { return }", isolate=True)
+    client.compile("func.func @main() -> () { return }", isolate=False)
