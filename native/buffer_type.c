@@ -222,36 +222,76 @@ static PyObject* buffer_repr(BufferObject* b) {
 
 static PyMethodDef buffer_methods[] = {
     {"delete", (PyCFunction)buffer_delete, METH_NOARGS,
-     "Free the device memory once pending work is done. Idempotent; later uses raise."},
+     "delete($self, /)\n--\n\n"
+     "Free the device memory once pending work is done.\n\n"
+     "Idempotent. The Buffer is dead to Python at once: later uses raise\n"
+     "ValueError. Memory lent to a DLPack consumer is freed when it lets go."},
     {"is_ready", (PyCFunction)buffer_is_ready, METH_NOARGS,
-     "Whether the buffer's data is there (never blocks)."},
+     "is_ready($self, /)\n--\n\n"
+     "Whether the buffer's data is there. Never blocks.\n\n"
+     "Returns\n-------\nbool\n    True once the work that makes the data has completed (or failed)."},
     {"block_until_ready", (PyCFunction)buffer_block_until_ready, METH_NOARGS,
-     "Wait until the data is there; raise the error of the work that made it."},
+     "block_until_ready($self, /)\n--\n\n"
+     "Wait until the data is there (the GIL released).\n\n"
+     "Returns\n-------\nBuffer\n    This buffer.\n\n"
+     "Raises\n------\nPjrtError\n    The error of the work that makes the data, if it failed.\n"
+     "ValueError\n    If the buffer was deleted or donated."},
     {"to_numpy_async", (PyCFunction)buffer_to_numpy_async, METH_NOARGS,
-     "Start copying to a new numpy array (dense, row-major); returns an ArrayPromise at once."},
+     "to_numpy_async($self, /)\n--\n\n"
+     "Start copying to a new numpy array (dense, row-major), at once.\n\n"
+     "Returns\n-------\nArrayPromise\n    The array once the copy is done (value()).\n\n"
+     "Raises\n------\nValueError\n    If the buffer was deleted or donated, or its client closed.\n"
+     "TypeError\n    If its element type has no numpy dtype."},
     {"to_numpy", (PyCFunction)buffer_to_numpy, METH_NOARGS,
-     "Copy to a new numpy array, waiting for the data."},
+     "to_numpy($self, /)\n--\n\n"
+     "Copy to a new numpy array, waiting for the data.\n\n"
+     "Returns\n-------\nnumpy.ndarray\n    A copy, dense and row-major, that the caller owns.\n\n"
+     "Raises\n------\nPjrtError\n    The error of the work that makes the data, if it failed.\n"
+     "ValueError\n    If the buffer was deleted or donated, or its client closed."},
     {"__array__", (PyCFunction)(void (*)(void))buffer_array, METH_VARARGS | METH_KEYWORDS, NULL},
     {"copy_to_device_async", (PyCFunction)buffer_copy_to_device_async, METH_O,
-     "Start copying to another device of the same client; a BufferPromise at once.\n\n"
+     "copy_to_device_async($self, device, /)\n--\n\n"
+     "Start copying to another device of the same client, at once.\n\n"
      "PJRT_Buffer_CopyToDevice: the copy waits for this buffer's pending work on\n"
-     "the device side, not on the host."},
+     "the device side, not on the host.\n\n"
+     "Parameters\n----------\ndevice : Device\n    Where the copy goes; a Device of this buffer's client.\n\n"
+     "Returns\n-------\nBufferPromise\n    The copy.\n\n"
+     "Raises\n------\nValueError\n    If the device belongs to another client, or the buffer is dead."},
     {"copy_to_device", (PyCFunction)buffer_copy_to_device, METH_O,
-     "Copy to another device of the same client, and wait until it is there."},
+     "copy_to_device($self, device, /)\n--\n\n"
+     "Copy to another device of the same client, and wait until it is there.\n\n"
+     "Parameters\n----------\ndevice : Device\n    Where the copy goes; a Device of this buffer's client.\n\n"
+     "Returns\n-------\nBuffer\n    The copy, ready.\n\n"
+     "Raises\n------\nValueError\n    If the device belongs to another client, or the buffer is dead.\n"
+     "PjrtError\n    If the copy (or the work making this buffer) failed."},
     {"unsafe_pointer", (PyCFunction)buffer_unsafe_pointer, METH_NOARGS,
-     "The buffer's device address as PJRT reports it (debugging only)."},
+     "unsafe_pointer($self, /)\n--\n\n"
+     "The buffer's device address as PJRT reports it (debugging only).\n\n"
+     "Returns\n-------\nint\n    The address; meaningless once the buffer is freed."},
     {"copy_to_memory_async", (PyCFunction)buffer_copy_to_memory_async, METH_O,
-     "Start copying to a Memory (or a memory kind of this buffer's device); a\n"
-     "BufferPromise at once. PJRT_Buffer_CopyToMemory; UnsupportedError where the\n"
-     "plugin lacks it."},
+     "copy_to_memory_async($self, memory, /)\n--\n\n"
+     "Start copying to a memory space, at once (PJRT_Buffer_CopyToMemory).\n\n"
+     "Parameters\n----------\nmemory : Memory or str\n"
+     "    A Memory of this client, or a memory kind of this buffer's device\n"
+     "    (\"pinned_host\", ...).\n\n"
+     "Returns\n-------\nBufferPromise\n    The copy.\n\n"
+     "Raises\n------\nUnsupportedError\n    Where the plugin lacks PJRT_Buffer_CopyToMemory.\n"
+     "ValueError\n    For an unknown kind, another client's Memory, or a dead buffer."},
     {"copy_to_memory", (PyCFunction)buffer_copy_to_memory, METH_O,
-     "Copy to a Memory (or a memory kind of this buffer's device), and wait."},
+     "copy_to_memory($self, memory, /)\n--\n\n"
+     "Copy to a memory space, and wait until it is there.\n\n"
+     "Parameters\n----------\nmemory : Memory or str\n"
+     "    A Memory of this client, or a memory kind of this buffer's device.\n\n"
+     "Returns\n-------\nBuffer\n    The copy, ready.\n\n"
+     "Raises\n------\nUnsupportedError\n    Where the plugin lacks PJRT_Buffer_CopyToMemory.\n"
+     "ValueError\n    For an unknown kind, another client's Memory, or a dead buffer."},
     {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dunder_dlpack,
      METH_VARARGS | METH_KEYWORDS,
-     "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n\n"
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
      "A DLPack capsule of this buffer (the Python array API protocol; see\n"
      "docs/interop.md). Zero-copy on CPU: waits for the data first."},
     {"__dlpack_device__", (PyCFunction)buffer_dunder_dlpack_device, METH_NOARGS,
+     "__dlpack_device__($self, /)\n--\n\n"
      "(DLPack device type, device id) of this buffer."},
     {"_dlpack", (PyCFunction)buffer_dlpack_export, METH_VARARGS, NULL},
     {"_dlpack_layout_ok", (PyCFunction)buffer_dlpack_layout_ok, METH_NOARGS, NULL},
@@ -268,9 +308,9 @@ static PyMethodDef buffer_methods[] = {
 static PyGetSetDef buffer_getset[] = {
     {"shape", (getter)buffer_get_shape, NULL, "The shape, a tuple of ints.", NULL},
     {"dtype", (getter)buffer_get_dtype, NULL, "The numpy dtype.", NULL},
-    {"ndim", (getter)buffer_get_ndim, NULL, NULL, NULL},
+    {"ndim", (getter)buffer_get_ndim, NULL, "The number of dimensions.", NULL},
     {"size", (getter)buffer_get_size, NULL, "The number of elements.", NULL},
-    {"nbytes", (getter)buffer_get_nbytes, NULL, NULL, NULL},
+    {"nbytes", (getter)buffer_get_nbytes, NULL, "The size of the data in bytes (dense).", NULL},
     {"device", (getter)buffer_get_device, NULL, "The Device holding the data.", NULL},
     {"client", (getter)buffer_get_client, NULL, "The Client that owns the buffer.", NULL},
     {"is_deleted", (getter)buffer_get_is_deleted, NULL, "Deleted, or donated to an execution.",

@@ -103,21 +103,38 @@ static PyObject* promise_base_new(PyTypeObject* type, PyObject* args, PyObject* 
 
 static PyMethodDef promise_methods[] = {
     {"value", (PyCFunction)(void (*)(void))promise_value, METH_FASTCALL | METH_KEYWORDS,
-     "value(timeout=None)\n--\n\n"
-     "Wait (GIL released, Ctrl-C raises KeyboardInterrupt) for the work and return its\n"
-     "result. timeout: seconds (inf or None: forever). Raises TimeoutError if it passes\n"
-     "first (the work goes on), or the PjrtError of the work if it failed."},
+     "value($self, /, timeout=None)\n--\n\n"
+     "Wait for the work and return its result.\n\n"
+     "The GIL is released while waiting; Ctrl-C raises KeyboardInterrupt.\n\n"
+     "Parameters\n----------\ntimeout : float, optional\n"
+     "    Seconds to wait; None or inf waits as long as it takes.\n\n"
+     "Returns\n-------\nobject\n"
+     "    A Buffer (one output), a tuple of them, None (no outputs), or the\n"
+     "    numpy array (an ArrayPromise).\n\n"
+     "Raises\n------\nTimeoutError\n    If the timeout passes first (the work goes on).\n"
+     "PjrtError\n    The error of the work, if it failed.\n"
+     "RuntimeError\n    Inside a host callback, for work that is not ready (no timeout)."},
     {"is_ready", (PyCFunction)promise_is_ready, METH_NOARGS,
-     "True once the work is complete (or has failed). Never blocks."},
+     "is_ready($self, /)\n--\n\n"
+     "Whether the work is complete (or has failed). Never blocks.\n\n"
+     "Returns\n-------\nbool"},
     {"exception", (PyCFunction)promise_exception, METH_NOARGS,
-     "The PjrtError of the work once ready (blocks until then), else None."},
+     "exception($self, /)\n--\n\n"
+     "The error of the work, waiting for it; None if it succeeded.\n\n"
+     "Returns\n-------\nPjrtError or None"},
     {"block_until_ready", (PyCFunction)promise_block_until_ready, METH_NOARGS,
-     "Wait for the work; raise its error if it failed. Returns self."},
+     "block_until_ready($self, /)\n--\n\n"
+     "Wait for the work.\n\n"
+     "Returns\n-------\nPromise\n    This promise.\n\n"
+     "Raises\n------\nPjrtError\n    The error of the work, if it failed."},
     {"add_done_callback", (PyCFunction)promise_add_done_callback, METH_O,
+     "add_done_callback($self, fn, /)\n--\n\n"
      "Call fn(promise) once the work is complete.\n\n"
      "Runs at once if the promise is ready, else on a PJRT thread when the work\n"
      "completes: keep fn short and thread-safe. An exception from fn is logged\n"
-     "(logger 'pjrt_py') and never stops the other callbacks."},
+     "(logger 'pjrt_py') and never stops the other callbacks.\n\n"
+     "Parameters\n----------\nfn : callable\n    Called with this promise.\n\n"
+     "Raises\n------\nTypeError\n    If fn is not callable."},
     {"__copy__", (PyCFunction)promise_no_copy, METH_NOARGS, NULL},
     {"__deepcopy__", (PyCFunction)promise_no_copy, METH_O, NULL},
     {"__reduce__", (PyCFunction)promise_no_copy, METH_NOARGS, NULL},
@@ -250,11 +267,22 @@ static PyObject* buffer_promise_get_buffers(PromiseObject* p, void* unused) {
 
 static PyMethodDef buffer_promise_methods[] = {
     {"buffer", (PyCFunction)buffer_promise_buffer, METH_NOARGS,
-     "The single buffer, without waiting (for chaining)."},
+     "buffer($self, /)\n--\n\n"
+     "The single buffer, without waiting (to chain it into the next call).\n\n"
+     "Returns\n-------\nBuffer\n    The output, which may still be computing.\n\n"
+     "Raises\n------\nValueError\n    If the promise holds several buffers (pick one with promise[i]).\n"
+     "PjrtError\n    If the work failed as it was dispatched."},
     {"to_numpy_async", (PyCFunction)buffer_promise_to_numpy_async, METH_NOARGS,
-     "Chain a device-to-host copy after the work; returns an ArrayPromise at once."},
+     "to_numpy_async($self, /)\n--\n\n"
+     "Chain a device-to-host copy after the work, at once.\n\n"
+     "Returns\n-------\nArrayPromise\n    The single buffer's data as a numpy array, once copied.\n\n"
+     "Raises\n------\nValueError\n    If the promise holds several buffers."},
     {"to_numpy", (PyCFunction)buffer_promise_to_numpy, METH_NOARGS,
-     "Wait for the work and copy the single buffer to a new numpy array."},
+     "to_numpy($self, /)\n--\n\n"
+     "Wait for the work and copy the single buffer to a new numpy array.\n\n"
+     "Returns\n-------\nnumpy.ndarray\n\n"
+     "Raises\n------\nPjrtError\n    The error of the work, if it failed.\n"
+     "ValueError\n    If the promise holds several buffers."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -12,8 +12,9 @@ property of a public class:
 * classes: a ``Parameters`` section when they define ``__init__`` with
   parameters. Exception classes take the base class's (``PjrtError``).
 
-Types implemented in C (``Buffer``, the promises) carry a summary line per
-method from their method tables; their parameters are few and named in it.
+Types implemented in C (``Buffer``, the promises) have the same sections,
+written in their method tables with a text signature; a method with
+parameters must document them, and every C property has a summary.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def public_members() -> Iterator[tuple[str, Any, bool]]:
                 yield f"{name}.{attr}", value.__func__, True
             elif inspect.isfunction(value):
                 yield f"{name}.{attr}", value, True
-            elif callable(value):  # a C method (method descriptor)
+            elif callable(value) or inspect.isgetsetdescriptor(value):  # C methods, properties
                 yield f"{name}.{attr}", value, False
 
 
@@ -109,6 +110,19 @@ def _returns_something(fn: Any) -> bool:
 
 
 PYTHON_FUNCTIONS = [m for m in MEMBERS if m[2] and not inspect.isclass(m[1])]
+C_METHODS = [m for m in MEMBERS if not m[2] and getattr(m[1], "__text_signature__", None)]
+
+
+@pytest.mark.parametrize(
+    ("name", "fn"), [(n, f) for n, f, _ in C_METHODS], ids=[m[0] for m in C_METHODS]
+)
+def test_c_methods_document_their_parameters(name: str, fn: Any) -> None:
+    doc = inspect.getdoc(fn) or ""
+    if _parameters(fn):
+        assert "Parameters\n----------" in doc, f"{name}: no Parameters section"
+    assert "Returns\n-------" in doc or name.endswith((".delete", "__", "add_done_callback")), name
+
+
 PYTHON_CLASSES = [
     m for m in MEMBERS if m[2] and inspect.isclass(m[1]) and not issubclass(m[1], BaseException)
 ]
