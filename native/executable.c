@@ -3,7 +3,8 @@
  *
  * The fast path runs a call from its arguments to the returned promise in C:
  * every argument a live Buffer (or a one-buffer BufferPromise) of this client
- * whose interned (shape, dtype) is the one compiled for, or on CPU another
+ * whose interned (shape, dtype) is the one compiled for, a small numpy array
+ * of exactly that shape and dtype (copied here, foreign.c), or on CPU another
  * framework's array viewed in place (foreign.c); no keywords, a one-device
  * program that donates nothing. Anything else goes to the Python method
  * _execute_async_slow, which checks, transfers and explains.
@@ -216,34 +217,40 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
     return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
   }
   BufferObject* buffers[PJRT_PY_STACK_ARGS];
-  BufferObject* views[PJRT_PY_STACK_ARGS]; /* foreign arguments' views, owned here */
-  Py_ssize_t n_views = 0;
+  /* Buffers made here (numpy copies, foreign views), owned until the call is made. */
+  BufferObject* owned[PJRT_PY_STACK_ARGS];
+  Py_ssize_t n_owned = 0;
+  bool ran_python = false; /* a foreign producer's __dlpack__ ran */
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     PyObject* meta = PyTuple_GetItem(expect, i);
     buffers[i] = fast_argument(args[i], loaded->c, meta, self->device);
     if (buffers[i] == NULL) {
-      buffers[i] = foreign_argument(args[i], self->client, loaded->c, self->device, meta);
-      if (buffers[i] != NULL) views[n_views++] = buffers[i];
+      buffers[i] = numpy_argument(args[i], self->client, loaded->c, self->device, meta);
+      if (buffers[i] == NULL) {
+        buffers[i] = foreign_argument(args[i], self->client, loaded->c, self->device, meta);
+        ran_python = ran_python || buffers[i] != NULL;
+      }
+      if (buffers[i] != NULL) owned[n_owned++] = buffers[i];
     }
     /* Python may have run (a producer's __dlpack__): check again before the call. */
-    if (buffers[i] == NULL || (n_views && state_check_usable(loaded->c, "executable") < 0) ||
+    if (buffers[i] == NULL || (ran_python && state_check_usable(loaded->c, "executable") < 0) ||
         self->loaded != loaded) {
       PyErr_Clear();
-      for (Py_ssize_t v = 0; v < n_views; ++v) Py_DECREF(views[v]);
+      for (Py_ssize_t v = 0; v < n_owned; ++v) Py_DECREF(owned[v]);
       return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
     }
   }
-  if (n_views) { /* a producer's code ran: the Buffers must still be live */
+  if (ran_python) { /* a producer's code ran: the Buffers must still be live */
     for (Py_ssize_t i = 0; i < nargs; ++i) {
       if (buffers[i]->state != BUF_LIVE || buffers[i]->buf == NULL) {
-        for (Py_ssize_t v = 0; v < n_views; ++v) Py_DECREF(views[v]);
+        for (Py_ssize_t v = 0; v < n_owned; ++v) Py_DECREF(owned[v]);
         return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
       }
     }
   }
   PyObject* promise = NULL;
   run_pinned(self, buffers, 1, (size_t)nargs, NULL, 0, &promise, true);
-  for (Py_ssize_t v = 0; v < n_views; ++v) Py_DECREF(views[v]);
+  for (Py_ssize_t v = 0; v < n_owned; ++v) Py_DECREF(owned[v]);
   return promise;
 }
 

@@ -90,3 +90,39 @@ static BufferObject* foreign_argument(PyObject* arg, PyObject* client, pjrt_py_c
   Py_DECREF(tensor); /* a view holds its own reference */
   return b;
 }
+
+/* Arrays small enough to copy on the dispatch path: below this, the copy
+ * holds the GIL (host.c) and takes well under a microsecond. */
+#define PJRT_PY_INLINE_ARG_BYTES PJRT_PY_GIL_FREE_BYTES
+
+/* A numpy array argument with exactly the compiled shape and dtype, native
+ * byte order, C-contiguous and small: copied into a new Buffer on `device`
+ * (a snapshot, as the Python path makes: PJRT copies it during the call), or
+ * NULL for the Python path to check, transfer and explain. No Python code
+ * runs here. */
+static BufferObject* numpy_argument(PyObject* arg, PyObject* client, pjrt_py_client* c,
+                                    PJRT_Device* device, PyObject* expect) {
+  if (device == NULL || !PyArray_CheckExact(arg)) return NULL;
+  PyArrayObject* a = (PyArrayObject*)arg;
+  PyObject* shape = PyTuple_GetItem(expect, 0);
+  PyArray_Descr* dtype = (PyArray_Descr*)PyTuple_GetItem(expect, 1);
+  if (shape == NULL || dtype == NULL || PyArray_DESCR(a) != dtype ||
+      !PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a) ||
+      PyArray_NBYTES(a) >= PJRT_PY_INLINE_ARG_BYTES || PyArray_NDIM(a) != PyTuple_Size(shape)) {
+    PyErr_Clear();
+    return NULL;
+  }
+  for (int d = 0; d < PyArray_NDIM(a); ++d) {
+    if (PyLong_AsSsize_t(PyTuple_GetItem(shape, d)) != PyArray_DIM(a, d)) {
+      PyErr_Clear();
+      return NULL;
+    }
+  }
+  int type = pjrt_type_of(dtype);
+  if (type < 0) return NULL;
+  BufferObject* b = host_to_device(client, c, a, type,
+                                   PJRT_HostBufferSemantics_kImmutableOnlyDuringCall, device,
+                                   NULL, expect, 0);
+  if (b == NULL) PyErr_Clear(); /* the Python path reports it */
+  return b;
+}
