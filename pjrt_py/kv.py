@@ -52,11 +52,17 @@ _GET, _TRY_GET, _PUT = 0, 1, 2
 class KeyValueStore(Protocol):
     """What ``Client(kv_store=...)`` takes (see the module documentation)."""
 
-    def get(self, key: bytes, timeout_ms: int) -> bytes: ...
+    def get(self, key: bytes, timeout_ms: int) -> bytes:
+        """The value of ``key``, waiting up to ``timeout_ms`` for it to be put."""
+        ...
 
-    def try_get(self, key: bytes) -> bytes: ...
+    def try_get(self, key: bytes) -> bytes:
+        """The value of ``key`` now; ``KeyError`` (or ``NotFoundError``) if absent."""
+        ...
 
-    def put(self, key: bytes, value: bytes) -> None: ...
+    def put(self, key: bytes, value: bytes) -> None:
+        """Store ``value`` under ``key``; ``FileExistsError`` if it is there."""
+        ...
 
 
 def check_store(store: Any) -> None:
@@ -111,8 +117,14 @@ def calls() -> int:
 
 class InMemoryStore:
     """A thread-safe store in this process: for several clients of one
-    process (each a "node"), and for tests. ``put`` of an existing key raises
-    ``AlreadyExistsError`` unless ``overwrite``, as jaxlib's service does."""
+    process (each a "node"), and for tests.
+
+    Parameters
+    ----------
+    overwrite : bool
+        Let ``put`` replace a key. Off by default: a second ``put`` of a key
+        raises ``AlreadyExistsError``, as jaxlib's service does.
+    """
 
     def __init__(self, overwrite: bool = False) -> None:
         self._data: dict[bytes, bytes] = {}
@@ -120,6 +132,23 @@ class InMemoryStore:
         self.overwrite = overwrite
 
     def get(self, key: bytes, timeout_ms: int) -> bytes:
+        """The value of ``key``, waiting for a ``put`` up to ``timeout_ms``.
+
+        Parameters
+        ----------
+        key : bytes
+        timeout_ms : int
+            Milliseconds to wait.
+
+        Returns
+        -------
+        bytes
+
+        Raises
+        ------
+        DeadlineExceededError
+            If the key is not put in time.
+        """
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
         with self._changed:
             while key not in self._data:
@@ -130,12 +159,38 @@ class InMemoryStore:
             return self._data[key]
 
     def try_get(self, key: bytes) -> bytes:
+        """The value of ``key`` now.
+
+        Parameters
+        ----------
+        key : bytes
+
+        Returns
+        -------
+        bytes
+
+        Raises
+        ------
+        NotFoundError
+            If the key has not been put.
+        """
         with self._changed:
             if key not in self._data:
                 raise NotFoundError(f"key {key!r} not found")
             return self._data[key]
 
     def put(self, key: bytes, value: bytes) -> None:
+        """Store ``value`` under ``key`` and wake the gets waiting for it.
+
+        Parameters
+        ----------
+        key, value : bytes
+
+        Raises
+        ------
+        AlreadyExistsError
+            If the key is there already and ``overwrite`` is off.
+        """
         with self._changed:
             if key in self._data and not self.overwrite:
                 raise AlreadyExistsError(f"key {key!r} already exists")
@@ -143,6 +198,12 @@ class InMemoryStore:
             self._changed.notify_all()
 
     def keys(self) -> list[bytes]:
+        """Every key put so far, sorted.
+
+        Returns
+        -------
+        list of bytes
+        """
         with self._changed:
             return sorted(self._data)
 
@@ -175,6 +236,13 @@ class JaxCoordinationStore:
     Every key is put under ``prefix`` (a job-scoped namespace: two jobs, or
     two clients of one job, must not share keys). The service itself keeps
     keys only for the job's lifetime.
+
+    Parameters
+    ----------
+    client : jaxlib DistributedRuntimeClient
+        A connected client of the service.
+    prefix : str
+        The job's namespace, put before every key.
     """
 
     def __init__(self, client: Any, prefix: str = "pjrt_py/") -> None:
@@ -182,6 +250,13 @@ class JaxCoordinationStore:
         self.prefix = prefix
 
     def get(self, key: bytes, timeout_ms: int) -> bytes:
+        """The value of ``key`` from the service, waiting up to ``timeout_ms``.
+
+        Raises
+        ------
+        NotFoundError, DeadlineExceededError, UnknownError
+            jaxlib's status, as the plugin reads it.
+        """
         try:
             value: bytes = self.client.blocking_key_value_get_bytes(
                 _key(self.prefix, key), timeout_ms
@@ -191,6 +266,13 @@ class JaxCoordinationStore:
         return value
 
     def try_get(self, key: bytes) -> bytes:
+        """The value of ``key`` from the service now.
+
+        Raises
+        ------
+        NotFoundError, UnknownError
+            jaxlib's status, as the plugin reads it.
+        """
         try:
             value: bytes = self.client.key_value_try_get_bytes(_key(self.prefix, key))
         except Exception as e:
@@ -198,6 +280,13 @@ class JaxCoordinationStore:
         return value
 
     def put(self, key: bytes, value: bytes) -> None:
+        """Store ``value`` under ``key`` in the service.
+
+        Raises
+        ------
+        AlreadyExistsError, UnknownError
+            jaxlib's status, as the plugin reads it.
+        """
         try:
             self.client.key_value_set_bytes(_key(self.prefix, key), bytes(value))
         except Exception as e:

@@ -20,7 +20,8 @@ def test_the_api_page_is_generated_from_all() -> None:
     assert page == gen_api_page.render(), "run: python tools/gen_api_page.py"
     import pjrt_py
 
-    listed = [path.split(".")[-1] for path in re.findall(r"^::: ([\w.]+)$", page, re.M)]
+    paths = [p for p in re.findall(r"^::: ([\w.]+)$", page, re.M) if p not in gen_api_page.MODULES]
+    listed = [path.split(".")[-1] for path in paths]
     assert sorted(listed) == sorted(pjrt_py.__all__)
 
 

@@ -66,11 +66,24 @@ def entry(name: str) -> str:
     return f"::: {path}\n"
 
 
+# Submodules users import by name (``from pjrt_py import kv``), documented whole.
+MODULES = ["pjrt_py.kv", "pjrt_py.distributed"]
+
+
 def render() -> str:
     parts = [HEAD]
     for title, names in sections():
         parts.append(f"## {title}\n")
         parts += [entry(name) for name in names]
+    parts.append("## Modules\n")
+    # (A Protocol's __init__ is typing's own, which the doc tool cannot resolve.)
+    # Each lists what its __all__ names (run-time inspection sees its imports too).
+    for module in MODULES:
+        members = ", ".join(sorted(importlib.import_module(module).__all__))
+        parts.append(
+            f"::: {module}\n    options:\n      merge_init_into_class: false\n"
+            f"      members: [{members}]\n"
+        )
     return "\n".join(parts)
 
 
