@@ -34,7 +34,7 @@ from typing import Any
 
 from . import host_callback
 from .host_callback import ROUTER_TARGET
-from .mlir_text import find_main, main_results, split_top_level
+from .mlir_text import read_main, wrap_main
 
 _JAX_TARGETS = re.compile(r"@xla_ffi(?:_partitioned)?_python_(cpu|gpu)_callback\(")
 _INDEX = re.compile(r"mhlo\.backend_config = \{index = (\d+) : ui64\}")
@@ -99,52 +99,19 @@ def without_main_tokens(program: str) -> str:
     ``stablehlo.after_all``, calls it and returns the other results. Unchanged
     if ``@main`` has no token.
     """
-    found = find_main(program)
-    if found is None:
+    main = read_main(program)
+    if main is None:
         raise ValueError("the lowering has no func.func @main")
-    start, paren = found
-    params, close = split_top_level(program, paren)
-    parts, types = main_results(program, close + 1)
-    param_types = [p.split(":", 1)[1].split("{", 1)[0].strip() for p in params]
-    if _TOKEN not in param_types and _TOKEN not in types:
+    tokens = [t == _TOKEN for t in main.param_types]
+    if not any(tokens) and _TOKEN not in main.result_types:
         return program
     token = "%pjrt_py_jax_token"
-    names, kept = [], []
-    for part, typ in zip(params, param_types, strict=True):
-        if typ == _TOKEN:
-            names.append(token)
-        else:
-            names.append(part.split(":", 1)[0].strip())
-            kept.append(part)
-    n = len(types)
-    signature = f"({', '.join(param_types)}) -> ({', '.join(types)})"
-    call = f"func.call {_BODY}({', '.join(names)}) : {signature}"
-    if n == 1:
-        values = ["%pjrt_py_r"]
-        call = f"%pjrt_py_r = {call}"
-    elif n > 1:
-        values = [f"%pjrt_py_r#{i}" for i in range(n)]
-        call = f"%pjrt_py_r:{n} = {call}"
-    else:
-        values = []
-    returned = [(v, t) for v, t in zip(values, types, strict=True) if t != _TOKEN]
-    results = [p for p, t in zip(parts, types, strict=True) if t != _TOKEN]
-    ret = (
-        f"return {', '.join(v for v, _ in returned)} : {', '.join(t for _, t in returned)}"
-        if returned
-        else "return"
+    return wrap_main(
+        program,
+        main,
+        _BODY,
+        params=[p for p, is_token in zip(main.params, tokens, strict=True) if not is_token],
+        args=[token if is_token else n for n, is_token in zip(main.names, tokens, strict=True)],
+        keep=[i for i, t in enumerate(main.result_types) if t != _TOKEN],
+        prologue=(f"{token} = stablehlo.after_all : {_TOKEN}",),
     )
-    wrapper = (
-        f"  func.func public @main({', '.join(kept)}) -> ({', '.join(results)}) {{\n"
-        f"    {token} = stablehlo.after_all : {_TOKEN}\n"
-        f"    {call}\n"
-        f"    {ret}\n  }}\n"
-    )
-    header = re.match(r"func\.func\s+(?:public\s+)?@main", program[start:paren])
-    if header is None:
-        raise ValueError("cannot read @main's declaration")
-    body = program[:start] + f"func.func private {_BODY}" + program[paren:]
-    stripped = body.rstrip()
-    if stripped.lstrip().startswith("module") and stripped.endswith("}"):
-        return stripped[:-1] + wrapper + "}\n"
-    return body + "\n" + wrapper

@@ -27,7 +27,6 @@ count executions from their completion events (``completion.c``).
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -35,7 +34,7 @@ import numpy as np
 
 from . import _core
 from .buffer import Buffer
-from .mlir_text import find_main, main_results, split_top_level
+from .mlir_text import read_main, wrap_main
 
 if TYPE_CHECKING:
     from .device import Device
@@ -119,46 +118,17 @@ def with_runtime_token(program: str) -> str:
         result types), or if the program already has a runtime token (it
         mentions ``@pjrt_py_body``).
     """
-    found = find_main(program)
-    if found is None:
+    main = read_main(program)
+    if main is None:
         raise ValueError("ordered execution needs a text program with a func.func @main")
     if BODY_NAME in program:
         raise ValueError("program already has a runtime token (it mentions @pjrt_py_body)")
-    start, paren = found
-    params, close = split_top_level(program, paren)
-    names, param_types = [], []
-    for part in params:
-        nm = re.match(r"(%[\w.$-]+)\s*:\s*", part)
-        if nm is None:
-            raise ValueError(f"cannot read @main parameter {part!r}")
-        rest = part[nm.end() :]
-        names.append(nm.group(1))
-        param_types.append(rest.split("{", 1)[0].strip())
-    result_parts, result_types = main_results(program, close + 1)
-
-    body = program[:start] + f"func.func private {BODY_NAME}(" + program[paren + 1 :]
-    n = len(result_types)
-    call_types = f"({', '.join(param_types)}) -> ({', '.join(result_types)})"
-    call = f"func.call {BODY_NAME}({', '.join(names)}) : {call_types}"
-    if n == 0:
-        lines = [call]
-        returned: list[str] = []
-    elif n == 1:
-        lines = [f"%pjrt_py_r = {call}"]
-        returned = ["%pjrt_py_r"]
-    else:
-        lines = [f"%pjrt_py_r:{n} = {call}"]
-        returned = [f"%pjrt_py_r#{i}" for i in range(n)]
-    ret_values = ", ".join([*returned, TOKEN_NAME])
-    ret_types = ", ".join([*result_types, TOKEN_TYPE])
-    signature = ", ".join([*params, f"{TOKEN_NAME}: {TOKEN_TYPE}"])
-    results = ", ".join([*result_parts, TOKEN_TYPE])
-    wrapper = (
-        f"  func.func public @main({signature}) -> ({results}) {{\n"
-        + "".join(f"    {line}\n" for line in lines)
-        + f"    return {ret_values} : {ret_types}\n  }}\n"
+    return wrap_main(
+        program,
+        main,
+        BODY_NAME,
+        params=[*main.params, f"{TOKEN_NAME}: {TOKEN_TYPE}"],
+        args=main.names,
+        keep=list(range(len(main.result_types))),
+        extra=((TOKEN_NAME, TOKEN_TYPE),),
     )
-    stripped = body.rstrip()
-    if stripped.lstrip().startswith("module") and stripped.endswith("}"):
-        return stripped[:-1] + wrapper + "}\n"
-    return body + "\n" + wrapper

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -345,6 +345,82 @@ def main_results(program: str, at: int) -> tuple[list[str], list[str]]:
             raise ValueError("cannot read @main's result type")
         parts = [single.group(1).strip()]
     return parts, [p.split("{", 1)[0].strip() for p in parts]
+
+
+class Main(NamedTuple):
+    """``@main``'s declaration, as read from a program's text."""
+
+    start: int  # offset of its ``func.func``
+    paren: int  # offset of the ``(`` opening its parameters
+    params: list[str]  # parameter declarations, attributes kept
+    names: list[str]  # their SSA names (``%x``)
+    param_types: list[str]
+    results: list[str]  # result declarations, attributes kept
+    result_types: list[str]
+
+
+def read_main(program: str) -> Main | None:
+    """``@main``'s declaration; None if there is no ``func.func @main``.
+
+    Raises ``ValueError`` if a parameter or the result types cannot be read.
+    """
+    found = find_main(program)
+    if found is None:
+        return None
+    start, paren = found
+    params, close = split_top_level(program, paren)
+    names, types = [], []
+    for part in params:
+        head = re.match(r"(%[\w.$-]+)\s*:\s*", part)
+        if head is None:
+            raise ValueError(f"cannot read @main parameter {part!r}")
+        names.append(head.group(1))
+        types.append(part[head.end() :].split("{", 1)[0].strip())
+    results, result_types = main_results(program, close + 1)
+    return Main(start, paren, params, names, types, results, result_types)
+
+
+def wrap_main(
+    program: str,
+    main: Main,
+    body: str,
+    *,
+    params: list[str],
+    args: list[str],
+    keep: list[int],
+    extra: tuple[tuple[str, str], ...] = (),
+    prologue: tuple[str, ...] = (),
+) -> str:
+    """``program`` with ``@main`` renamed to the private ``body`` and a new
+    ``@main`` around it.
+
+    The new ``@main`` takes ``params`` (declarations), runs the ``prologue``
+    lines, calls ``body`` with ``args``, and returns the body's results at the
+    indices ``keep`` followed by the ``extra`` (value, type) pairs.
+    """
+    renamed = program[: main.start] + f"func.func private {body}" + program[main.paren :]
+    n = len(main.result_types)
+    signature = f"({', '.join(main.param_types)}) -> ({', '.join(main.result_types)})"
+    call = f"func.call {body}({', '.join(args)}) : {signature}"
+    values = ["%pjrt_py_r"] if n == 1 else [f"%pjrt_py_r#{i}" for i in range(n)]
+    if n == 1:
+        call = f"%pjrt_py_r = {call}"
+    elif n > 1:
+        call = f"%pjrt_py_r:{n} = {call}"
+    returned = [(values[i], main.result_types[i]) for i in keep] + list(extra)
+    declared = [main.results[i] for i in keep] + [t for _, t in extra]
+    ret = "return"
+    if returned:
+        ret += f" {', '.join(v for v, _ in returned)} : {', '.join(t for _, t in returned)}"
+    wrapper = (
+        f"  func.func public @main({', '.join(params)}) -> ({', '.join(declared)}) {{\n"
+        + "".join(f"    {line}\n" for line in (*prologue, call, ret))
+        + "  }\n"
+    )
+    stripped = renamed.rstrip()
+    if stripped.lstrip().startswith("module") and stripped.endswith("}"):
+        return stripped[:-1] + wrapper + "}\n"
+    return renamed + "\n" + wrapper
 
 
 def tensor_type(text: str) -> tuple[tuple[int | None, ...] | None, np.dtype[Any] | None]:
