@@ -230,28 +230,29 @@ static PyObject* buffer_get_host_aliased(BufferObject* b, void* unused) {
   return PyBool_FromLong(b->host_aliased);
 }
 
-/* The device of a live buffer (asked once: a buffer never moves); NULL if
- * the plugin cannot say. */
+/* Asks the plugin for b's device once (a buffer never moves) and keeps it in
+ * b->device. b is live. NULL, or the plugin's error. */
+static PJRT_Error* buffer_ask_device(BufferObject* b) {
+  if (b->device != NULL) return NULL;
+  PJRT_Buffer_Device_Args args = {0};
+  args.struct_size = PJRT_Buffer_Device_Args_STRUCT_SIZE;
+  args.buffer = b->buf;
+  PJRT_Error* error = b->c->api->PJRT_Buffer_Device(&args);
+  if (error == NULL) b->device = args.device;
+  return error;
+}
+
+/* The device of a live buffer; NULL if the plugin cannot say. */
 static PJRT_Device* buffer_device(BufferObject* b) {
-  if (b->device == NULL && b->buf != NULL) {
-    PJRT_Buffer_Device_Args args = {0};
-    args.struct_size = PJRT_Buffer_Device_Args_STRUCT_SIZE;
-    args.buffer = b->buf;
-    PJRT_Error* error = b->c->api->PJRT_Buffer_Device(&args);
-    if (error == NULL) b->device = args.device;
-    error_destroy(b->c->api, error);
-  }
+  error_destroy(b->c->api, buffer_ask_device(b));
   return b->device;
 }
 
 static PyObject* buffer_device_address(BufferObject* b) {
   if (buffer_live(b) < 0) return NULL;
-  PJRT_Buffer_Device_Args args = {0};
-  args.struct_size = PJRT_Buffer_Device_Args_STRUCT_SIZE;
-  args.buffer = b->buf;
-  PJRT_Error* error = b->c->api->PJRT_Buffer_Device(&args);
+  PJRT_Error* error = buffer_ask_device(b);
   if (error != NULL) return raise_pjrt(b->c->api, error);
-  return PyLong_FromVoidPtr(args.device);
+  return PyLong_FromVoidPtr(b->device);
 }
 
 static PyObject* buffer_get_device(BufferObject* b, void* unused) {
