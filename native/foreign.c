@@ -104,19 +104,16 @@ static BufferObject* numpy_argument(PyObject* arg, PyObject* client, pjrt_py_cli
                                     PJRT_Device* device, PyObject* expect) {
   if (device == NULL || !PyArray_CheckExact(arg)) return NULL;
   PyArrayObject* a = (PyArrayObject*)arg;
-  PyObject* shape = PyTuple_GetItem(expect, 0);
-  PyArray_Descr* dtype = (PyArray_Descr*)PyTuple_GetItem(expect, 1);
-  if (shape == NULL || dtype == NULL || PyArray_DESCR(a) != dtype ||
+  npy_intp dims[PJRT_PY_MAX_RANK];
+  int ndim;
+  PyArray_Descr* dtype;
+  if (meta_unpack(expect, dims, &ndim, &dtype) < 0 || PyArray_DESCR(a) != dtype ||
+      PyArray_NDIM(a) != ndim ||
+      memcmp(PyArray_DIMS(a), dims, (size_t)ndim * sizeof(npy_intp)) != 0 ||
       !PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a) ||
-      PyArray_NBYTES(a) >= PJRT_PY_INLINE_ARG_BYTES || PyArray_NDIM(a) != PyTuple_Size(shape)) {
+      PyArray_NBYTES(a) >= PJRT_PY_INLINE_ARG_BYTES) {
     PyErr_Clear();
     return NULL;
-  }
-  for (int d = 0; d < PyArray_NDIM(a); ++d) {
-    if (PyLong_AsSsize_t(PyTuple_GetItem(shape, d)) != PyArray_DIM(a, d)) {
-      PyErr_Clear();
-      return NULL;
-    }
   }
   int type = pjrt_type_of(dtype);
   if (type < 0) return NULL;
