@@ -284,6 +284,16 @@ static int hc_route_key(const hc_attrs* attrs, unsigned long long* key) {
 
 /* ---- operands and results ------------------------------------------------ */
 
+/* A numpy array of b's shape and `descr` over `data` (NULL: new memory
+ * numpy owns), writable if `flags` says so. b's rank is at most NPY_MAXDIMS. */
+static PyArrayObject* hc_ndarray(const hc_buffer* b, PyObject* descr, void* data, int flags) {
+  npy_intp dims[NPY_MAXDIMS];
+  for (int64_t d = 0; d < b->rank; ++d) dims[d] = (npy_intp)b->dims[d];
+  Py_INCREF(descr); /* stolen by numpy */
+  return (PyArrayObject*)PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr*)descr,
+                                              (int)b->rank, dims, NULL, data, flags, NULL);
+}
+
 /* The operands as a tuple of arrays: views whose base is `guard` (NULL: copies).
  * Tokens become None (`tokens_as_none`, jax's convention) or are left out. */
 static PyObject* hc_operands(const hc_frame* frame, PyObject* guard, int tokens_as_none,
@@ -310,22 +320,12 @@ static PyObject* hc_operands(const hc_frame* frame, PyObject* guard, int tokens_
       Py_CLEAR(args);
       break;
     }
-    npy_intp dims[NPY_MAXDIMS];
-    for (int64_t d = 0; d < b->rank; ++d) dims[d] = (npy_intp)b->dims[d];
-    Py_INCREF(descr);
-    PyArrayObject* arr;
-    if (guard != NULL) {
-      arr = (PyArrayObject*)PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr*)descr,
-                                                 (int)b->rank, dims, NULL, b->data, 0, NULL);
-      if (arr != NULL) {
-        Py_INCREF(guard);
-        if (PyArray_SetBaseObject(arr, guard) < 0) Py_CLEAR(arr);
-      }
-    } else {
-      arr = (PyArrayObject*)PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr*)descr,
-                                                 (int)b->rank, dims, NULL, NULL, 0, NULL);
-      if (arr != NULL && PyArray_NBYTES(arr) > 0)
-        memcpy(PyArray_DATA(arr), b->data, (size_t)PyArray_NBYTES(arr));
+    PyArrayObject* arr = hc_ndarray(b, descr, guard != NULL ? b->data : NULL, 0);
+    if (arr != NULL && guard != NULL) {
+      Py_INCREF(guard);
+      if (PyArray_SetBaseObject(arr, guard) < 0) Py_CLEAR(arr);
+    } else if (arr != NULL && PyArray_NBYTES(arr) > 0) {
+      memcpy(PyArray_DATA(arr), b->data, (size_t)PyArray_NBYTES(arr));
     }
     if (arr == NULL || PyList_Append(args, (PyObject*)arr) < 0) Py_CLEAR(args);
     Py_XDECREF(arr);
@@ -353,9 +353,7 @@ static int hc_store(const hc_buffer* r, PyObject* value, Py_ssize_t i, PyObject*
   for (int d = 0; ok && d < PyArray_NDIM(arr); ++d) ok = PyArray_DIM(arr, d) == r->dims[d];
   if (!ok) {
     PyObject* got_shape = PyObject_GetAttrString((PyObject*)arr, "shape");
-    PyObject* want = PyTuple_New((Py_ssize_t)r->rank);
-    for (int64_t d = 0; want != NULL && d < r->rank; ++d)
-      PyTuple_SetItem(want, (Py_ssize_t)d, PyLong_FromLongLong(r->dims[d]));
+    PyObject* want = shape_tuple(r->dims, (size_t)r->rank);
     if (got_shape != NULL && want != NULL)
       PyErr_Format(PyExc_ValueError,
                    "host callback %R returned %S %R for result %zd; the program declares %S %R",
@@ -369,12 +367,7 @@ static int hc_store(const hc_buffer* r, PyObject* value, Py_ssize_t i, PyObject*
   if (nbytes > 0 && PyArray_IS_C_CONTIGUOUS(arr)) {
     memmove(r->data, PyArray_DATA(arr), (size_t)nbytes);
   } else if (nbytes > 0) { /* strided: numpy copies it into a view of the result */
-    npy_intp dims[NPY_MAXDIMS];
-    for (int64_t d = 0; d < r->rank; ++d) dims[d] = (npy_intp)r->dims[d];
-    Py_INCREF(descr);
-    PyArrayObject* out = (PyArrayObject*)PyArray_NewFromDescr(
-        &PyArray_Type, (PyArray_Descr*)descr, (int)r->rank, dims, NULL, r->data,
-        NPY_ARRAY_WRITEABLE, NULL);
+    PyArrayObject* out = hc_ndarray(r, descr, r->data, NPY_ARRAY_WRITEABLE);
     int copied = out != NULL ? PyArray_CopyInto(out, arr) : -1;
     Py_XDECREF(out);
     if (copied < 0) {
