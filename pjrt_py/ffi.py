@@ -74,6 +74,14 @@ def _address(handler: Any) -> int:
     return address
 
 
+def check_target_name(name: object) -> None:
+    """``TypeError`` / ``ValueError`` unless ``name`` can name a custom-call target."""
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    if not _NAME.match(name):
+        raise ValueError(f"{name!r} is not a custom-call target name (letters, digits, _ . $ -)")
+
+
 def ffi_platform(platform: str) -> str:
     """The FFI registry's name for a PJRT platform (``"cpu"`` -> ``"Host"``)."""
     if not isinstance(platform, str):
@@ -132,10 +140,7 @@ def register_ffi_target(
     """
     from .client import default_client
 
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}")
-    if not _NAME.match(name):
-        raise ValueError(f"{name!r} is not a custom-call target name (letters, digits, _ . $ -)")
+    check_target_name(name)
     address = _address(handler)
     client = default_client() if client is None else client
     client._check_open()

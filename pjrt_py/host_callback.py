@@ -48,7 +48,6 @@ Decisions (see docs/callbacks.md):
 
 from __future__ import annotations
 
-import re
 import threading
 import traceback
 from collections.abc import Callable
@@ -59,7 +58,7 @@ import numpy as np
 from . import _core
 from .dtypes import SUPPORTED
 from .errors import UnsupportedError
-from .ffi import register_ffi_target
+from .ffi import check_target_name, register_ffi_target
 
 if TYPE_CHECKING:
     from .client import Client
@@ -95,7 +94,6 @@ XLA_DTYPES: dict[int, np.dtype[Any]] = {
 }
 
 ROUTER_TARGET = "pjrt_py_host_callback"  # slot 0: jax's callbacks, routed by key
-_NAME = re.compile(r"[A-Za-z_][\w.$-]*\Z")
 _lock = threading.Lock()
 _routes: dict[int, Callable[..., Any]] = {}  # key -> jax callable (read by the C handler)
 _slots: dict[str, int] = {ROUTER_TARGET: 0}  # target name -> trampoline slot
@@ -192,9 +190,8 @@ def register_callback(
     TypeError
         If ``fn`` is not callable.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {type(name).__name__}")
-    if not _NAME.match(name) or name == ROUTER_TARGET:
+    check_target_name(name)
+    if name == ROUTER_TARGET:
         raise ValueError(f"{name!r} is not a custom-call target name pjrt_py can register")
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
