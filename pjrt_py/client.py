@@ -27,6 +27,7 @@ from .dlpack import import_dlpack
 from .errors import NotFoundError, PjrtError, SerializationError, UnsupportedError
 from .executable import Executable
 from .ffi import explain_compile_error
+from .gpu_memory import with_memory_policy
 from .isolate import IsolatedCompiler, env_default
 from .kv import check_store
 from .memory import Memory, of_client, require_memories, resolve
@@ -54,7 +55,11 @@ class Client(_core.ClientCore):
         plugin ``.so``. With none, ``$PJRT_PLUGIN`` is used if set.
     options : dict, optional
         Client create options, passed to the plugin as ``PJRT_NamedValue``s
-        (e.g. ``{"cpu_device_count": 4}`` for the CPU plugin).
+        (e.g. ``{"cpu_device_count": 4}`` for the CPU plugin). On a GPU
+        plugin, ``preallocate``, ``memory_fraction`` and ``allocator`` decide
+        how much device memory the client takes; unless given here or by
+        jax's ``XLA_PYTHON_CLIENT_*`` variables, pjrt_py does not
+        preallocate, so torch or jax can share the GPU (``pjrt_py.gpu_memory``).
     cache_dir : str or path, optional
         Keep compiled programs on disk there, across processes (see
         ``pjrt_py.cache``). With none, ``$PJRT_PY_CACHE_DIR`` is used if
@@ -101,7 +106,8 @@ class Client(_core.ClientCore):
         self.plugin = plugin if isinstance(plugin, Plugin) else load_plugin(plugin)
         # Checked against the types the plugin reads them as: a wrong one aborts.
         platform = plugin_info(self.plugin.path).name
-        options = checked_options(platform, options)
+        # GPU memory: the caller's options, then jax's variables, then ours.
+        options = checked_options(platform, with_memory_policy(platform, options or {}))
         refuse_multiprocess_cpu(platform, options)
         nodes = options.get("num_nodes")
         self._spans_processes = isinstance(nodes, int) and nodes > 1

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from .errors import UnsupportedError
+from .gpu_memory import ALLOCATORS
 
 Check = Callable[[str, Any], Any]  # returns the value to send (or raises)
 
@@ -56,6 +57,12 @@ def _str(name: str, value: Any) -> Any:
     return value
 
 
+def _allocator(name: str, value: Any) -> Any:
+    if _str(name, value).lower() not in ALLOCATORS:
+        raise ValueError(f"client option {name!r} must be one of {ALLOCATORS}, got {value!r}")
+    return value.lower()
+
+
 def _fraction(name: str, value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"client option {name!r} takes a float, got {value!r}")
@@ -79,7 +86,7 @@ KNOWN: dict[str, dict[str, Check]] = {
     # jax's CUDA/ROCm plugin options (jax/_src/xla_bridge.py passes these).
     "cuda": {
         "platform_name": _str,
-        "allocator": _str,
+        "allocator": _allocator,
         "memory_fraction": _fraction,
         "preallocate": _bool,
         "collective_memory_size": _int(0, (1 << 63) - 1),

@@ -6,10 +6,26 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from . import memory as _memory
 from ._ffi import ffi
+from .errors import UnimplementedError
 from .plugin import Plugin, address, named_values
 
 if TYPE_CHECKING:
     from .memory import Memory
+
+
+# The statistics a plugin may leave unset (PJRT_Device_MemoryStats_Args).
+_OPTIONAL_STATS = (
+    "peak_bytes_in_use",
+    "num_allocs",
+    "largest_alloc_size",
+    "bytes_limit",
+    "bytes_reserved",
+    "peak_bytes_reserved",
+    "bytes_reservable_limit",
+    "largest_free_block_bytes",
+    "pool_bytes",
+    "peak_pool_bytes",
+)
 
 
 class Owner(Protocol):
@@ -20,6 +36,7 @@ class Owner(Protocol):
     @property
     def platform_name(self) -> str: ...
 
+    def _pinned(self) -> Any: ...
     def _device_for(self, addr: int) -> Device: ...
     def _memory_for(self, addr: int) -> Memory: ...
 
@@ -117,6 +134,45 @@ class Device:
             If the plugin does not report memory spaces.
         """
         return _memory.resolve(self, kind)
+
+    def memory_stats(self) -> dict[str, int] | None:
+        """The plugin's allocator statistics for this device, or None where it keeps none.
+
+        The figures are the plugin's own (``PJRT_Device_MemoryStats``), as
+        ``jax.Device.memory_stats()`` reports them: ``bytes_in_use`` always,
+        and each of ``peak_bytes_in_use``, ``num_allocs``,
+        ``largest_alloc_size``, ``bytes_limit``, ``bytes_reserved``,
+        ``peak_bytes_reserved``, ``bytes_reservable_limit``,
+        ``largest_free_block_bytes``, ``pool_bytes`` and ``peak_pool_bytes``
+        only where the plugin sets it. CPU plugins keep no statistics.
+
+        Returns
+        -------
+        dict or None
+            Statistic name to bytes (or a count, for ``num_allocs``); None if
+            the plugin has no statistics for this device (no such function,
+            or it answers that it keeps none).
+
+        Raises
+        ------
+        ValueError
+            If the device's client is closed.
+        PjrtError
+            Any other error the plugin reports.
+        """
+        plugin = self.client.plugin
+        if not plugin.supports("PJRT_Device_MemoryStats") or not self.is_addressable:
+            return None
+        try:
+            with self.client._pinned():
+                out = plugin.invoke("PJRT_Device_MemoryStats", device=self._ptr)
+        except UnimplementedError:
+            return None
+        stats = {"bytes_in_use": int(out.bytes_in_use)}
+        for name in _OPTIONAL_STATS:
+            if getattr(out, name + "_is_set"):
+                stats[name] = int(getattr(out, name))
+        return stats
 
     # A device is a handle to one device of one client: copies are the
     # device itself; pickling refuses (it has no meaning in another process).

@@ -66,3 +66,33 @@ typedef struct {
   ...;
 } PJRT_DeviceDescription_ToString_Args;
 #define PJRT_DeviceDescription_ToString_Args_STRUCT_SIZE ...
+
+/* Allocator statistics; each `*_is_set` says whether the plugin filled the
+ * field before it (bytes_in_use is always set). */
+typedef struct {
+  size_t struct_size;
+  PJRT_Device* device;
+  int64_t bytes_in_use;
+  int64_t peak_bytes_in_use;
+  bool peak_bytes_in_use_is_set;
+  int64_t num_allocs;
+  bool num_allocs_is_set;
+  int64_t largest_alloc_size;
+  bool largest_alloc_size_is_set;
+  int64_t bytes_limit;
+  bool bytes_limit_is_set;
+  int64_t bytes_reserved;
+  bool bytes_reserved_is_set;
+  int64_t peak_bytes_reserved;
+  bool peak_bytes_reserved_is_set;
+  int64_t bytes_reservable_limit;
+  bool bytes_reservable_limit_is_set;
+  int64_t largest_free_block_bytes;
+  bool largest_free_block_bytes_is_set;
+  int64_t pool_bytes;
+  bool pool_bytes_is_set;
+  int64_t peak_pool_bytes;
+  bool peak_pool_bytes_is_set;
+  ...;
+} PJRT_Device_MemoryStats_Args;
+#define PJRT_Device_MemoryStats_Args_STRUCT_SIZE ...

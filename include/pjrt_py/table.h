@@ -28,6 +28,7 @@ typedef struct {
   PJRT_Error* (*PJRT_Device_LocalHardwareId)(PJRT_Device_LocalHardwareId_Args*);
   PJRT_Error* (*PJRT_Device_AddressableMemories)(PJRT_Device_AddressableMemories_Args*);
   PJRT_Error* (*PJRT_Device_DefaultMemory)(PJRT_Device_DefaultMemory_Args*);
+  PJRT_Error* (*PJRT_Device_MemoryStats)(PJRT_Device_MemoryStats_Args*);
   PJRT_Error* (*PJRT_Client_AddressableMemories)(PJRT_Client_AddressableMemories_Args*);
 
   PJRT_Error* (*PJRT_Memory_Id)(PJRT_Memory_Id_Args*);

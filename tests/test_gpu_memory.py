@@ -1,0 +1,143 @@
+"""GPU memory policy (pjrt_py.gpu_memory) and Device.memory_stats."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import pjrt_py
+from pjrt_py.gpu_memory import DEFAULTS, from_environment, with_memory_policy
+
+
+def test_default_gpu_client_does_not_preallocate() -> None:
+    assert with_memory_policy("cuda", {}, environ={}) == {"preallocate": False}
+    assert with_memory_policy("rocm", {}, environ={}) == DEFAULTS
+
+
+def test_jax_variables_are_read_with_jax_meanings() -> None:
+    env = {
+        "XLA_PYTHON_CLIENT_PREALLOCATE": "true",
+        "XLA_PYTHON_CLIENT_MEM_FRACTION": ".5",
+        "XLA_PYTHON_CLIENT_ALLOCATOR": "Platform",
+        "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB": "3",
+    }
+    assert with_memory_policy("cuda", {}, environ=env) == {
+        "preallocate": True,
+        "memory_fraction": 0.5,
+        "allocator": "platform",
+        "collective_memory_size": 3 << 20,
+    }
+    for off in ("false", "False", "0"):
+        assert from_environment({"XLA_PYTHON_CLIENT_PREALLOCATE": off}) == {"preallocate": False}
+    assert from_environment({"XLA_CLIENT_MEM_FRACTION": "0.25"}) == {"memory_fraction": 0.25}
+
+
+def test_caller_options_win_over_the_environment() -> None:
+    env = {"XLA_PYTHON_CLIENT_PREALLOCATE": "true", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".9"}
+    got = with_memory_policy("cuda", {"memory_fraction": 0.2}, environ=env)
+    assert got == {"preallocate": True, "memory_fraction": 0.2}
+    assert with_memory_policy("cuda", {"preallocate": True}, environ={}) == {"preallocate": True}
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"XLA_PYTHON_CLIENT_ALLOCATOR": "malloc"}, "XLA_PYTHON_CLIENT_ALLOCATOR"),
+        ({"XLA_PYTHON_CLIENT_MEM_FRACTION": "half"}, "XLA_PYTHON_CLIENT_MEM_FRACTION"),
+        ({"XLA_CLIENT_MEM_FRACTION": ".1", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".2"}, "both set"),
+        ({"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB": "1.5"}, "COLLECTIVE_MEM_SIZE_MB"),
+    ],
+)
+def test_bad_environment_values_are_refused_by_name(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        with_memory_policy("cuda", {}, environ=env)
+
+
+def test_env_fraction_out_of_range_is_refused_by_the_option_check() -> None:
+    from pjrt_py.client_options import checked_options
+
+    options = with_memory_policy("cuda", {}, environ={"XLA_PYTHON_CLIENT_MEM_FRACTION": "1.5"})
+    with pytest.raises(ValueError, match="memory_fraction"):
+        checked_options("cuda", options)
+    with pytest.raises(ValueError, match="allocator"):
+        checked_options("cuda", {"allocator": "malloc"})
+
+
+def test_cpu_platforms_ignore_the_gpu_variables() -> None:
+    env = {"XLA_PYTHON_CLIENT_ALLOCATOR": "malloc", "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}
+    assert with_memory_policy("cpu", {"cpu_device_count": 2}, environ=env) == {
+        "cpu_device_count": 2
+    }
+
+
+def test_a_cpu_client_is_made_whatever_the_gpu_variables_say() -> None:
+    # A real client in a fresh process: jax's variables set to values a GPU
+    # client would refuse change nothing on a CPU plugin.
+    code = textwrap.dedent(
+        """
+        import pjrt_py
+        c = pjrt_py.Client("cpu")
+        assert "preallocate" not in c.options and "allocator" not in c.options, c.options
+        print("ok")
+        """
+    )
+    env = dict(os.environ, XLA_PYTHON_CLIENT_ALLOCATOR="malloc", XLA_PYTHON_CLIENT_PREALLOCATE="1")
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_memory_stats_is_none_or_the_plugins_figures(client: pjrt_py.Client) -> None:
+    device = client.addressable_devices[0]
+    stats = device.memory_stats()
+    if stats is None:
+        # The plugin keeps none (every CPU build answers UNIMPLEMENTED).
+        return
+    assert isinstance(stats["bytes_in_use"], int) and stats["bytes_in_use"] >= 0
+    before = stats["bytes_in_use"]
+    import numpy as np
+
+    buf = client.buffer(np.ones(1 << 20, np.float32), device)
+    buf.block_until_ready()
+    after = device.memory_stats()
+    assert after is not None and after["bytes_in_use"] >= before + (4 << 20)
+    if "bytes_limit" in after:
+        assert after["bytes_limit"] >= after["bytes_in_use"]
+
+
+def test_memory_stats_after_close_is_a_clear_error() -> None:
+    c = pjrt_py.Client()
+    device = c.addressable_devices[0]
+    c.close()
+    if not c.plugin.supports("PJRT_Device_MemoryStats"):
+        pytest.skip("the plugin has no PJRT_Device_MemoryStats")
+    with pytest.raises(ValueError, match="closed"):
+        device.memory_stats()
+
+
+def _gpu_client_or_skip() -> pjrt_py.Client:
+    gpus = [p for p in pjrt_py.plugins() if p.name in ("cuda", "rocm")]
+    if not gpus:
+        pytest.skip("needs a PJRT plugin with GPU devices (none installed)")
+    try:
+        return pjrt_py.Client(gpus[0].path)
+    except pjrt_py.PjrtError as e:
+        pytest.skip(f"needs a GPU device: the {gpus[0].name} plugin found none ({e})")
+
+
+@pytest.mark.gpu
+def test_default_gpu_client_leaves_memory_for_other_frameworks() -> None:
+    client = _gpu_client_or_skip()
+    stats = client.addressable_devices[0].memory_stats()
+    assert stats is not None, "a GPU plugin keeps allocator statistics"
+    held = max(stats.get("bytes_reserved", 0), stats.get("pool_bytes", 0), stats["bytes_in_use"])
+    limit = stats.get("bytes_limit")
+    # Without preallocation the allocator holds next to nothing at creation.
+    assert limit is None or held < limit // 10, stats
+    client.close()
