@@ -107,7 +107,7 @@ class Client(_core.ClientCore):
         # Checked against the types the plugin reads them as: a wrong one aborts.
         platform = plugin_info(self.plugin.path).name
         # GPU memory: the caller's options, then jax's variables, then ours.
-        options = checked_options(platform, with_memory_policy(platform, options or {}))
+        options = checked_options(platform, with_memory_policy(platform, options))
         refuse_multiprocess_cpu(platform, options)
         nodes = options.get("num_nodes")
         self._spans_processes = isinstance(nodes, int) and nodes > 1

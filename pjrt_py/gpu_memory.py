@@ -85,8 +85,8 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
 
 
 def with_memory_policy(
-    platform: str, options: Mapping[str, Any], environ: Mapping[str, str] | None = None
-) -> dict[str, Any]:
+    platform: str, options: Any, environ: Mapping[str, str] | None = None
+) -> Any:
     """``options`` completed with the environment's and pjrt_py's memory settings.
 
     Parameters
@@ -94,14 +94,15 @@ def with_memory_policy(
     platform : str
         The plugin's platform (``"cuda"``, ``"rocm"``, ``"cpu"``, ...); only
         GPU platforms are changed.
-    options : Mapping
-        The caller's client options; they win over everything else.
+    options : Mapping or None
+        The caller's client options; they win over everything else. Anything
+        but a mapping is returned as is, for the option check to refuse.
     environ : Mapping, optional
         The environment to read (default ``os.environ``).
 
     Returns
     -------
-    dict
+    Mapping
         The options to create the client with.
 
     Raises
@@ -109,8 +110,10 @@ def with_memory_policy(
     ValueError
         If an environment variable has a value jax would refuse.
     """
-    if platform not in GPU_PLATFORMS:
-        return dict(options)
+    if options is None:
+        options = {}
+    if platform not in GPU_PLATFORMS or not isinstance(options, Mapping):
+        return options
     merged = dict(DEFAULTS)
     merged.update(from_environment(os.environ if environ is None else environ))
     merged.update(options)
