@@ -295,6 +295,7 @@ static PyMethodDef buffer_methods[] = {
      "(DLPack device type, device id) of this buffer."},
     {"_dlpack", (PyCFunction)buffer_dlpack_export, METH_VARARGS, NULL},
     {"_dlpack_layout_ok", (PyCFunction)buffer_dlpack_layout_ok, METH_NOARGS, NULL},
+    {"_wait_on_stream", (PyCFunction)buffer_wait_on_stream, METH_O, NULL},
     {"_layout", (PyCFunction)buffer_get_layout, METH_NOARGS, NULL},
     {"_metadata", (PyCFunction)buffer_metadata, METH_NOARGS, NULL},
     {"_pjrt_deleted", (PyCFunction)buffer_pjrt_deleted, METH_NOARGS, NULL},

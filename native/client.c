@@ -216,6 +216,12 @@ static PyObject* client_core_view(ClientCoreObject* self, PyObject* args) {
                                 (intptr_t)stream);
 }
 
+/* _ready_stream(device) -> int | None: see stream.c. */
+static PyObject* client_core_ready_stream(ClientCoreObject* self, PyObject* device_address) {
+  pjrt_py_client* c = client_core_open(self);
+  return c == NULL ? NULL : stream_for_device(c, device_address);
+}
+
 /* buffer_async(value, device=None, *, zero_copy=False): the common case (a
  * numpy array of a supported dtype, C-contiguous, smaller than the staged-copy
  * size, to the default device) in C; anything else in Python. */
@@ -288,6 +294,7 @@ static PyMethodDef client_core_methods[] = {
     {"_refs", (PyCFunction)client_core_refs, METH_NOARGS, NULL},
     {"_from_host", (PyCFunction)client_core_from_host, METH_VARARGS, NULL},
     {"_view", (PyCFunction)client_core_view, METH_VARARGS, NULL},
+    {"_ready_stream", (PyCFunction)client_core_ready_stream, METH_O, NULL},
     {NULL, NULL, 0, NULL},
 };
 

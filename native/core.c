@@ -18,6 +18,7 @@
 #include "buffer.c"
 #include "dlpack.c"
 #include "memory.c"
+#include "stream.c"
 #include "buffer_type.c"
 #include "promise.c"
 #include "callbacks.c"

@@ -333,15 +333,17 @@ static int buffer_read_permuted(BufferObject* b, PyArrayObject* array) {
  * The caller (pjrt_py.dlpack) waited for the buffer and checked its layout;
  * flags go into a versioned tensor as they are. */
 static PyObject* buffer_dlpack_export(BufferObject* b, PyObject* args) {
-  int code, bits, device_type, device_id, versioned;
+  int code, bits, device_type, device_id, versioned, ordered = 0;
   unsigned long long flags;
-  if (!PyArg_ParseTuple(args, "iiiipK:_dlpack", &code, &bits, &device_type, &device_id,
-                        &versioned, &flags))
+  if (!PyArg_ParseTuple(args, "iiiipK|p:_dlpack", &code, &bits, &device_type, &device_id,
+                        &versioned, &flags, &ordered))
     return NULL;
   if (buffer_live(b) < 0) return NULL;
   PyObject* meta = buffer_meta(b);
   if (meta == NULL) return NULL;
-  if (!buffer_ready_ok(b)) {
+  /* ordered: the consumer's stream waits for the data (stream.c) or the
+   * consumer asked for no synchronisation; else it must be there now. */
+  if (!ordered && !buffer_ready_ok(b)) {
     PyErr_SetString(PyExc_BufferError, "the buffer is not ready: wait for it first");
     return NULL;
   }

@@ -65,7 +65,7 @@ def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
         return arg
     if dlpack.is_foreign(arg):
         try:
-            return dlpack.Foreign(arg)
+            return dlpack.Foreign(arg, exe.client)  # type: ignore[arg-type]
         except (TypeError, BufferError) as e:
             raise type(e)(f"argument {index}: {e}") from None
     raise TypeError(

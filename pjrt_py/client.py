@@ -727,6 +727,41 @@ def default_client() -> Client:
         return _default
 
 
+_by_platform: dict[str, Client] = {}
+
+
+def default_client_for(platform: str) -> Client:
+    """The process-wide client of ``platform``: the default client if it is one.
+
+    ``pjrt_py.from_dlpack`` uses this for a tensor in device memory given no
+    device: the data is on a GPU, so it goes to a client of that GPU's
+    platform, not to the default (CPU) client.
+
+    Parameters
+    ----------
+    platform : str
+        A platform name (``"cuda"``, ``"rocm"``, ...).
+
+    Returns
+    -------
+    Client
+        The default client if its platform is ``platform``; else one
+        ``Client(platform)`` kept for the process (made on first use).
+
+    Raises
+    ------
+    FileNotFoundError
+        If no plugin of that platform is installed.
+    """
+    with _default_lock:
+        if _default is not None and not _default.closed and _default.platform_name == platform:
+            return _default
+        client = _by_platform.get(platform)
+        if client is None or client.closed:
+            client = _by_platform[platform] = Client(platform)
+        return client
+
+
 def _unpickle_buffer(array: np.ndarray[Any, Any], device_id: int) -> Buffer:
     """A pickled Buffer, placed with the default client (on device ``device_id`` if it has one)."""
     client = default_client()
@@ -736,7 +771,7 @@ def _unpickle_buffer(array: np.ndarray[Any, Any], device_id: int) -> Buffer:
 
 _core.set_hooks(unpickle=_unpickle_buffer)
 
-__all__ = ["Client", "default_client"]
+__all__ = ["Client", "default_client", "default_client_for"]
 
 
 def _kv_fields(store: Any) -> tuple[dict[str, Any], int | None]:

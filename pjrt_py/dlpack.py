@@ -1,27 +1,37 @@
 """DLPack: exchanging arrays with numpy, jax, torch and any other producer.
 
-Export (``Buffer.__dlpack__``, the Python array API protocol). On CPU the
-consumer gets the buffer's own memory: no copy. pjrt_py waits on the host
-until the buffer's data is there before handing out the pointer (it does not
-pass its ready event through ``stream``), so the consumer never reads a
-half-written result; on a GPU it also waits on the host, which is valid for
-any consumer stream. While a consumer holds the tensor, the buffer keeps a
-PJRT external reference: ``delete()`` makes the Buffer unusable at once but
-frees the memory only when the last consumer lets go, and donating it to an
-execution does not donate (the program copies). A versioned (DLPack 1.x)
-tensor is marked read-only: PJRT buffers are immutable, and a consumer that
-honours the flag (numpy) refuses to write. One that ignores it can write into
-the buffer, changing what later executions read; see ``docs/interop.md``.
+Export (``Buffer.__dlpack__``, the Python array API protocol). The consumer
+gets the buffer's own memory: no copy. On the host, pjrt_py waits until the
+buffer's data is there before handing out the pointer, so the consumer never
+reads a half-written result. On a GPU it follows the protocol's streams
+instead: the consumer's ``stream`` (``None`` is CUDA's legacy default stream,
+``-1`` asks for no synchronisation, ``0`` is refused as ambiguous on CUDA) is
+made to wait for the buffer on the device, through the plugin's stream
+extension (``native/stream.c``), and the host does not wait. A plugin without
+that extension gets the host wait. While a consumer holds the tensor, the
+buffer keeps a PJRT external reference: ``delete()`` makes the Buffer unusable
+at once but frees the memory only when the last consumer lets go, and
+donating it to an execution does not donate (the program copies). A versioned
+(DLPack 1.x) tensor is marked read-only: PJRT buffers are immutable, and a
+consumer that honours the flag (numpy) refuses to write. One that ignores it
+can write into the buffer, changing what later executions read; see
+``docs/interop.md``.
 
 Import (``import_dlpack``, behind ``pjrt_py.from_dlpack``,
 ``Client.from_dlpack`` and foreign arguments to ``execute``). A compact
-row-major tensor in host memory, 64-byte aligned (what XLA's CPU client can
-view), becomes a Buffer viewing the producer's memory
-(``PJRT_Client_CreateViewOfDeviceBuffer``); PJRT tells pjrt_py when it is done
-with the memory, and only then is the producer's tensor released. Anything
-else is copied with ``copy=None`` and refused with ``copy=False``. A view is
-never donated. The producer can still write to memory it lent: a Buffer
-viewing it then changes too, and an execution in flight may read a mix.
+row-major tensor becomes a Buffer viewing the producer's memory
+(``PJRT_Client_CreateViewOfDeviceBuffer``) where the client can view it: on
+CPU, host memory 64-byte aligned (what XLA's CPU client can view); on a GPU,
+memory on the device of the same hardware id. For a GPU tensor pjrt_py asks
+the plugin for the stream it tracks foreign memory on, passes it to the
+producer's ``__dlpack__(stream=...)`` (so the producer orders its pending
+writes before anything pjrt_py runs), and gives the same stream to the view.
+A raw capsule carries no stream: its producer's work must be complete. PJRT
+tells pjrt_py when it is done with the memory, and only then is the
+producer's tensor released. Anything else is copied with ``copy=None`` and
+refused with ``copy=False``. A view is never donated. The producer can still
+write to memory it lent: a Buffer viewing it then changes too, and an
+execution in flight may read a mix.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ if TYPE_CHECKING:
 CPU, CUDA, CUDA_HOST, ROCM, ROCM_HOST, CUDA_MANAGED = 1, 2, 3, 10, 11, 13
 HOST_DEVICES = frozenset({CPU, CUDA_HOST, ROCM_HOST, CUDA_MANAGED})  # memory the CPU reads
 _PLATFORM_DEVICE = {"cpu": CPU, "cuda": CUDA, "gpu": CUDA, "rocm": ROCM}
+GPU_PLATFORM_OF = {CUDA: "cuda", ROCM: "rocm"}  # a device type's client platform
 
 # What pjrt_py writes: DLPack 1.1 (the first with float8 type codes).
 VERSION = (1, 1)
@@ -138,10 +149,10 @@ def export(
                 + (" without a copy (copy=False)" if copy is False else "")
             )
         return _host_copy(buffer, version)
+    if stream is not None and (isinstance(stream, bool) or not isinstance(stream, int)):
+        raise TypeError(f"stream must be an int or None, got {type(stream).__name__}")
     if own[0] in HOST_DEVICES and stream not in (None, -1):
         raise BufferError(f"stream must be None for a CPU buffer, got {stream!r}")
-    if stream is not None and not isinstance(stream, int):
-        raise TypeError(f"stream must be an int or None, got {type(stream).__name__}")
     dtype = buffer.dtype
     code = TO_DLPACK.get(dtype)
     if code is None:
@@ -151,7 +162,6 @@ def export(
             f"dtype {dtype} has no type code in DLPack {version[0]}.{version[1]}, the newest "
             f"the consumer reads (float8 codes are DLPack 1.1)"
         )
-    buffer.block_until_ready()  # raises the error of the work that made it
     flags = FLAG_READ_ONLY
     if copy:
         buffer = buffer.copy_to_device(buffer.device)  # memory no one else sees
@@ -163,7 +173,40 @@ def export(
                 "without a copy (copy=False)"
             )
         return _host_copy(buffer, version)
-    return buffer._dlpack(code[0], code[1], own[0], own[1], versioned, flags)
+    ordered = own[0] not in HOST_DEVICES and order_for_consumer(buffer, own[0], stream)
+    if not ordered:
+        buffer.block_until_ready()  # raises the error of the work that made it
+    return buffer._dlpack(code[0], code[1], own[0], own[1], versioned, flags, ordered)
+
+
+def consumer_stream(kind: int, stream: int | None) -> int:
+    """The stream a consumer of device memory named, by the array API's rules.
+
+    ``None`` is the legacy default stream on CUDA (1) and the default stream
+    on ROCm (0); ``-1`` means no synchronisation; CUDA's ``0`` is ambiguous
+    (legacy or per-thread default) and refused.
+    """
+    if stream is None:
+        return 1 if kind == CUDA else 0
+    if stream == 0 and kind == CUDA:
+        raise BufferError(
+            "stream=0 is ambiguous on CUDA: pass 1 (the legacy default stream), 2 (the "
+            "per-thread default stream) or the consumer's stream handle"
+        )
+    if stream < -1:
+        raise BufferError(f"stream must be -1, None or a stream handle, got {stream}")
+    return stream
+
+
+def order_for_consumer(buffer: Buffer, kind: int, stream: int | None) -> bool:
+    """Make the consumer's stream wait for ``buffer`` on the device; False if the
+    plugin cannot (no stream extension), and the host must wait instead."""
+    handle = consumer_stream(kind, stream)
+    if buffer.is_ready():
+        buffer.block_until_ready()  # a failed producer raises its own error here
+    if handle == -1:
+        return True  # the consumer synchronises itself
+    return bool(buffer._wait_on_stream(handle))
 
 
 def _host_copy(buffer: Buffer, version: tuple[int, int] | None) -> Any:
@@ -187,11 +230,14 @@ class Foreign:
     makes the Buffer. Dropping it releases the producer's tensor.
     """
 
-    __slots__ = ("dtype", "shape", "source", "tensor")
+    __slots__ = ("dtype", "shape", "source", "stream", "tensor")
 
-    def __init__(self, x: Any) -> None:
+    def __init__(self, x: Any, client: _Client | None = None) -> None:
         self.source = type(x).__name__
-        self.tensor = take(x)
+        # On a GPU client, the stream the plugin tracks foreign memory on for
+        # the producer's device: the producer orders its writes before it.
+        self.stream = _import_stream(client, producer_device(x))
+        self.tensor = take(x, self.stream)
         self.shape: tuple[int, ...] = tuple(self.tensor.shape)
         self.dtype = numpy_dtype(self.tensor, self.source)
         # What the plugin would abort on, from a producer that got it wrong.
@@ -206,19 +252,55 @@ class Foreign:
             raise BufferError(f"a {self.source} of shape {self.shape} with no data (NULL)")
 
 
-def take(x: Any) -> Any:
-    """The producer's DLPack tensor (a ``_core.DLPackTensor``), taken from ``x``."""
+def producer_device(x: Any) -> tuple[int, int] | None:
+    """``x.__dlpack_device__()`` as (device type, id); None for a capsule or a
+    producer that does not say."""
+    method = getattr(x, "__dlpack_device__", None)
+    if method is None:
+        return None
+    try:
+        kind, device_id = method()
+        return operator.index(kind), operator.index(device_id)
+    except (TypeError, ValueError):
+        raise BufferError(
+            f"{type(x).__name__}.__dlpack_device__() must return (device type, id)"
+        ) from None
+
+
+def _import_stream(client: _Client | None, where: tuple[int, int] | None) -> int | None:
+    """The stream a GPU client takes ``where``'s memory on (None: no ordering to do)."""
+    if client is None or where is None or where[0] in HOST_DEVICES:
+        return None
+    if _PLATFORM_DEVICE.get(client.platform_name) != where[0]:
+        return None
+    device = _device_with_hardware_id(client, where[1])
+    if device is None:
+        return None
+    stream: int | None = client._ready_stream(device._addr)
+    return stream
+
+
+def _device_with_hardware_id(client: _Client, hardware_id: int) -> Device | None:
+    return next((d for d in client.addressable_devices if d.local_hardware_id == hardware_id), None)
+
+
+def take(x: Any, stream: int | None = None) -> Any:
+    """The producer's DLPack tensor (a ``_core.DLPackTensor``), taken from ``x``.
+
+    ``stream``: the consumer's stream for a producer in device memory. None
+    asks for none, which for a CUDA producer means the legacy default stream
+    (the array API's rule); host producers take no stream.
+    """
     if type(x).__name__ == "PyCapsule":
         return _core.dlpack_unpack(x)
     method = getattr(x, "__dlpack__", None)
     if method is None:
         raise TypeError(f"{type(x).__name__} is not a DLPack producer (it has no __dlpack__)")
-    # No stream: on CUDA that means the legacy default stream (the array API's
-    # rule), which place() gives PJRT too; on the host there is none.
+    kwargs = {} if stream is None else {"stream": stream}
     try:
-        capsule = method(max_version=VERSION)
+        capsule = method(max_version=VERSION, **kwargs)
     except TypeError:  # a producer older than DLPack 1.0 takes no max_version
-        capsule = method()
+        capsule = method(**kwargs)
     return _core.dlpack_unpack(capsule)
 
 
@@ -248,7 +330,7 @@ def numpy_dtype(tensor: Any, source: str) -> np.dtype[Any]:
     return dtype
 
 
-def _why_not_view(client: _Client, tensor: Any, dtype: np.dtype[Any]) -> str | None:
+def _why_not_view(client: _Client, tensor: Any, target: Device) -> str | None:
     """Why the tensor cannot be viewed in place by ``client`` (None: it can)."""
     kind = tensor.device[0]
     platform = _PLATFORM_DEVICE.get(client.platform_name)
@@ -256,6 +338,8 @@ def _why_not_view(client: _Client, tensor: Any, dtype: np.dtype[Any]) -> str | N
         return f"its memory is on DLPack device type {kind}, not the host"
     if platform != CPU and kind != platform:
         return f"its memory is on DLPack device type {kind}, not this {client.platform_name}"
+    if platform != CPU and tensor.device[1] != target.local_hardware_id:
+        return f"its memory is on device {tensor.device[1]}, not on {target}"
     shape, strides = tensor.shape, tensor.strides
     if 0 in shape:
         return "it is empty"
@@ -277,14 +361,13 @@ def place(client: _Client, foreign: Foreign, device: Device | None, copy: bool |
     tensor, dtype = foreign.tensor, foreign.dtype
     code = pjrt_type(dtype)
     if device is None and tensor.device[0] not in HOST_DEVICES:
-        by_id = {d.local_hardware_id: d for d in client.addressable_devices}
-        device = by_id.get(tensor.device[1])
+        device = _device_with_hardware_id(client, tensor.device[1])
     target = client._target(device)
-    reason = "copy=True" if copy else _why_not_view(client, tensor, dtype)
+    reason = "copy=True" if copy else _why_not_view(client, tensor, target)
     if reason is None:
         meta = _core.intern_meta((foreign.shape, dtype))
-        stream = 1 if tensor.device[0] == CUDA else 0
-        return client._view(tensor, code, target._addr, meta, stream)
+        # The stream the producer ordered its writes on (0: none to order on).
+        return client._view(tensor, code, target._addr, meta, foreign.stream or 0)
     if copy is False:
         raise BufferError(f"cannot use a {foreign.source} without a copy (copy=False): {reason}")
     if tensor.device[0] not in HOST_DEVICES:
@@ -326,7 +409,7 @@ def import_dlpack(client: _Client, x: Any, device: Device | None, copy: bool | N
                 f"{VIEW_ALIGNMENT}-byte aligned C-contiguous array on a CPU client is used in place"
             )
         return host_to_device(client, x, device, viewable and not copy).buffer()
-    return place(client, Foreign(x), device, copy)
+    return place(client, Foreign(x, client), device, copy)
 
 
 def is_foreign(x: Any) -> bool:
@@ -338,7 +421,17 @@ _core.set_hooks(dlpack=export, dlpack_device=dlpack_device)
 # The dispatch fast path views foreign arguments itself (native/foreign.c).
 _core.set_dlpack_codes([(pjrt_type(d), code, bits) for d, (code, bits) in TO_DLPACK.items()])
 
-__all__ = ["Foreign", "dlpack_device", "export", "import_dlpack", "is_foreign", "place", "take"]
+__all__ = [
+    "Foreign",
+    "consumer_stream",
+    "dlpack_device",
+    "export",
+    "import_dlpack",
+    "is_foreign",
+    "place",
+    "producer_device",
+    "take",
+]
 
 
 # ---- handing results to other frameworks ------------------------------------------

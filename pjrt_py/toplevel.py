@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from .buffer import Buffer
-from .client import Client, default_client
+from .client import Client, default_client, default_client_for
 from .device import Device
+from .dlpack import GPU_PLATFORM_OF, producer_device
 from .executable import Executable
 from .promise import ArrayPromise, BufferPromise, Promise
 
@@ -81,9 +82,10 @@ def from_dlpack(x: Any, device: Device | None = None, *, copy: bool | None = Non
         ``BufferPromise`` of one) of the same client, returned as is if it
         is on the target device and ``copy`` is not True, else copied there.
     device : Device, optional
-        The device to place it on. If None: for a tensor in device memory, the
-        client's device with that hardware id if it has one; otherwise the
-        client's first addressable device.
+        The device to place it on (its client takes it). If None: a tensor in
+        a GPU's memory goes to the process-wide client of that platform
+        (``default_client_for``), on the device with the tensor's hardware
+        id; anything else to the default client's first addressable device.
     copy : bool, optional
         None (default): use the producer's memory in place where the client
         can (on CPU: compact row-major host memory, 64-byte aligned), else
@@ -98,15 +100,33 @@ def from_dlpack(x: Any, device: Device | None = None, *, copy: bool | None = Non
     ------
     BufferError
         If ``copy=False`` and ``x`` cannot be used without a copy, if a tensor
-        in device memory would have to be copied to another device type, or
+        in device memory would have to be copied to another device type (or
+        no plugin of its platform is installed), or
         if the producer's tensor is malformed (negative dimension, no data).
     TypeError
         If ``x`` is not a DLPack producer, its dtype has no PJRT element type,
         or ``copy`` is not True, False or None.
     """
-    client = device.client if isinstance(device, Device) else default_client()
+    client = device.client if isinstance(device, Device) else _client_for_producer(x)
     assert isinstance(client, Client)
     return client.from_dlpack(x, device, copy=copy)
+
+
+def _client_for_producer(x: Any) -> Client:
+    """The client a tensor goes to when no device is named: the default one,
+    unless the tensor is in a GPU's memory, which goes to a client of that GPU."""
+    where = producer_device(x)
+    platform = None if where is None else GPU_PLATFORM_OF.get(where[0])
+    if platform is None:
+        return default_client()
+    try:
+        return default_client_for(platform)
+    except FileNotFoundError as e:
+        raise BufferError(
+            f"a {type(x).__name__} in {platform} memory (DLPack device {where}) needs a "
+            f"{platform} PJRT plugin, and none is installed ({e}); to use it on another "
+            f"platform, move it to host memory first"
+        ) from None
 
 
 def compile(program: str | bytes, **options: Any) -> Executable:  # noqa: A001
