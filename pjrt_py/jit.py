@@ -338,7 +338,7 @@ class Jitted:
                 leaves[i] = buf = x.buffer()
                 specs.append(buf._metadata())
             elif is_foreign(x):  # jax, torch, ...: taken through DLPack
-                foreign = Foreign(x)
+                foreign = Foreign(x, self.client)
                 dtype = _canonical(foreign.dtype)
                 if dtype != foreign.dtype:  # as JAX would: narrowed, so copied
                     leaves[i] = np.asarray(foreign.tensor.as_array(foreign.dtype), dtype=dtype)
