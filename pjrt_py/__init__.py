@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import _runtime  # noqa: F401  (fork and exit handling)
 from .buffer import Buffer, aligned_empty
-from .client import Client, default_client
+from .client import Client, default_client, default_client_for
 from .compile_options import encode_compile_options
 from .device import Device
 from .dlpack import to_jax, to_torch
@@ -111,6 +111,7 @@ __all__ = [
     "buffer_async",
     "compile",
     "default_client",
+    "default_client_for",
     "effects_barrier",
     "encode_compile_options",
     "execute",
