@@ -11,6 +11,10 @@ static int g_dl_code[PJRT_PY_MAX_TYPES]; /* PJRT type -> code << 8 | bits; 0 unk
 static PyObject* g_dlpack_name;          /* "__dlpack__" */
 static PyObject* g_dlpack_kwargs;        /* {"max_version": (1, 1)} */
 static PyObject* g_empty_tuple;
+static PyObject* g_lazy_torch_prefix;  /* "torch" */
+static PyObject* g_lazy_bit_names[2];  /* "is_neg", "is_conj" */
+static PyObject* g_lazy_type;          /* the last type asked about (a strong reference) */
+static int g_lazy_type_torch;          /* whether it is one of torch's */
 
 /* set_dlpack_codes([(PJRT type, DLPack code, bits), ...]) */
 static PyObject* core_set_dlpack_codes(PyObject* self, PyObject* rows) {
@@ -33,7 +37,12 @@ static PyObject* core_set_dlpack_codes(PyObject* self, PyObject* rows) {
     g_empty_tuple = PyTuple_New(0);
     g_dlpack_kwargs = Py_BuildValue("{s:(ii)}", "max_version", DLP_VERSION_MAJOR,
                                     DLP_VERSION_MINOR);
-    if (!g_dlpack_name || !g_empty_tuple || !g_dlpack_kwargs) return NULL;
+    g_lazy_torch_prefix = PyUnicode_InternFromString("torch");
+    g_lazy_bit_names[0] = PyUnicode_InternFromString("is_neg");
+    g_lazy_bit_names[1] = PyUnicode_InternFromString("is_conj");
+    if (!g_dlpack_name || !g_empty_tuple || !g_dlpack_kwargs || !g_lazy_torch_prefix ||
+        !g_lazy_bit_names[0] || !g_lazy_bit_names[1])
+      return NULL;
   }
   Py_RETURN_NONE;
 }
@@ -60,6 +69,39 @@ static int foreign_matches(const dlp_tensor* t, PyObject* expect, int* type) {
   return 1;
 }
 
+/* Whether `arg` is a torch tensor whose memory does not hold its values:
+ * torch's lazy negation and conjugation bits (`c.conj().imag`) are not in
+ * DLPack, and torch exports the memory as it is. Such a tensor takes the
+ * Python path, which resolves the bit into a copy (pjrt_py.dlpack). Only
+ * torch's types are asked (their module starts with "torch"): the answer is
+ * kept for the last type seen, which is held so its address stays its own. */
+
+static int foreign_lazy_bits(PyObject* arg) {
+  PyObject* type = (PyObject*)Py_TYPE(arg);
+  if (type != g_lazy_type) {
+    PyObject* module = PyObject_GetAttrString(type, "__module__");
+    int torch = module != NULL && PyUnicode_Check(module) &&
+                PyUnicode_Tailmatch(module, g_lazy_torch_prefix, 0, 5, -1) == 1;
+    Py_XDECREF(module);
+    PyErr_Clear();
+    Py_INCREF(type);
+    PJRT_PY_SETREF(g_lazy_type, type);
+    g_lazy_type_torch = torch;
+  }
+  if (!g_lazy_type_torch) return 0;
+  for (int i = 0; i < 2; ++i) {
+    PyObject* answer = PyObject_CallMethodObjArgs(arg, g_lazy_bit_names[i], NULL);
+    int set = answer == Py_True;
+    Py_XDECREF(answer);
+    if (answer == NULL) {
+      PyErr_Clear();
+      return 1; /* the Python path asks again, and explains */
+    }
+    if (set) return 1;
+  }
+  return 0;
+}
+
 /* A view of a foreign argument, as a new Buffer; NULL (no exception) when the
  * argument is not one the fast path takes. */
 static BufferObject* foreign_argument(PyObject* arg, PyObject* client, pjrt_py_client* c,
@@ -68,6 +110,7 @@ static BufferObject* foreign_argument(PyObject* arg, PyObject* client, pjrt_py_c
       PyArray_IsScalar(arg, Generic) || Py_TYPE(arg) == BufferType ||
       !PJRT_PY_HAS(c->api, PJRT_Client_CreateViewOfDeviceBuffer))
     return NULL;
+  if (foreign_lazy_bits(arg)) return NULL;
   PyObject* method = PyObject_GetAttr(arg, g_dlpack_name);
   if (method == NULL) {
     PyErr_Clear();

@@ -230,10 +230,11 @@ class Foreign:
     makes the Buffer. Dropping it releases the producer's tensor.
     """
 
-    __slots__ = ("dtype", "shape", "source", "stream", "tensor")
+    __slots__ = ("dtype", "lazy", "shape", "source", "stream", "tensor")
 
     def __init__(self, x: Any, client: _Client | None = None) -> None:
         self.source = type(x).__name__
+        self.lazy = lazy_bits(x)  # resolved by take() into a copy
         # On a GPU client, the stream the plugin tracks foreign memory on for
         # the producer's device: the producer orders its writes before it.
         self.stream = _import_stream(client, producer_device(x))
@@ -284,6 +285,31 @@ def _device_with_hardware_id(client: _Client, hardware_id: int) -> Device | None
     return next((d for d in client.addressable_devices if d.local_hardware_id == hardware_id), None)
 
 
+# torch's lazy bits: flags under which a tensor's memory does not hold its
+# values (c.conj().imag is negated memory). DLPack cannot say so, and torch
+# exports the memory as it is, so such a tensor is resolved into a copy first
+# (a correct read; with copy=False, place() refuses it). Only torch's types
+# are asked, as in native/foreign.c.
+_LAZY_BITS = (("is_conj", "resolve_conj", "conjugation"), ("is_neg", "resolve_neg", "negation"))
+
+
+def lazy_bits(x: Any) -> list[str]:
+    """The lazy bits set on a torch tensor (``["negation"]``, ...); [] for anything else."""
+    if not type(x).__module__.startswith("torch"):
+        return []
+    return [name for test, _, name in _LAZY_BITS if getattr(x, test, None) and getattr(x, test)()]
+
+
+def _resolve_lazy_bits(x: Any, method: Any) -> tuple[Any, Any]:
+    """``x`` and its ``__dlpack__``, with torch's lazy bits resolved into a copy."""
+    if not lazy_bits(x):
+        return x, method
+    for test, resolve, _ in _LAZY_BITS:
+        if getattr(x, test)():
+            x = getattr(x, resolve)()
+    return x, x.__dlpack__
+
+
 def take(x: Any, stream: int | None = None) -> Any:
     """The producer's DLPack tensor (a ``_core.DLPackTensor``), taken from ``x``.
 
@@ -297,6 +323,7 @@ def take(x: Any, stream: int | None = None) -> Any:
     if method is None:
         raise TypeError(f"{type(x).__name__} is not a DLPack producer (it has no __dlpack__)")
     kwargs = {} if stream is None else {"stream": stream}
+    x, method = _resolve_lazy_bits(x, method)
     try:
         capsule = method(max_version=VERSION, **kwargs)
     except TypeError:  # a producer older than DLPack 1.0 takes no max_version
@@ -363,6 +390,12 @@ def place(client: _Client, foreign: Foreign, device: Device | None, copy: bool |
     if device is None and tensor.device[0] not in HOST_DEVICES:
         device = _device_with_hardware_id(client, tensor.device[1])
     target = client._target(device)
+    if copy is False and foreign.lazy:
+        raise BufferError(
+            f"cannot use a {foreign.source} without a copy (copy=False): its "
+            f"{' and '.join(foreign.lazy)} bit is set, so its memory does not hold its values "
+            "(resolve it first, e.g. tensor.resolve_neg())"
+        )
     reason = "copy=True" if copy else _why_not_view(client, tensor, target)
     if reason is None:
         meta = _core.intern_meta((foreign.shape, dtype))
