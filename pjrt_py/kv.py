@@ -77,8 +77,9 @@ def check_store(store: Any) -> None:
 
 def error_code(error: BaseException) -> int:
     """The PJRT error code a store's exception means to the plugin."""
-    if isinstance(error, PjrtError) and error.code is not None:
-        return int(error.code)
+    code = getattr(error, "code", None) if isinstance(error, PjrtError) else None
+    if isinstance(code, int) and not isinstance(code, bool) and 1 <= code <= 16:
+        return code  # a failure code (0 is OK, never a failure's)
     if isinstance(error, KeyError):
         return NOT_FOUND
     if isinstance(error, TimeoutError):
@@ -103,8 +104,16 @@ def _dispatch(store: Any, op: int, key: bytes, arg: Any) -> tuple[int, bytes | s
         return 0, value, False
     except BaseException as e:  # every failure goes to the plugin as its code
         what = ("get", "try_get", "put")[op]
-        text = f"key-value store {what}({key!r}) raised {type(e).__name__}: {e}"
+        text = f"key-value store {what}({key!r}) raised {type(e).__name__}: {_text_of(e)}"
         return error_code(e), text, isinstance(e, KeyboardInterrupt)
+
+
+def _text_of(error: BaseException) -> str:
+    """``str(error)``, or a placeholder where the exception cannot be printed."""
+    try:
+        return str(error)
+    except Exception:
+        return "<its message could not be printed>"
 
 
 _core.kv_set_dispatch(_dispatch)

@@ -236,6 +236,23 @@ def test_values_must_be_bytes_like() -> None:
     assert code == 2 and "TypeError" in text
 
 
+@pytest.mark.parametrize("code", [0, -3, 17, 999, True])
+def test_a_pjrt_error_with_no_failure_code_is_unknown(code: int) -> None:
+    # Code 0 is OK: passed on, a failed put would read as a success.
+    got, text, _ = kv._dispatch(Faulty(pjrt_py.PjrtError("odd", code=code)), 2, b"k", b"v")
+    assert got == 2 and "PjrtError: odd" in text
+
+
+def test_an_exception_that_cannot_be_printed_is_still_unknown() -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise ValueError("no")
+
+    got, text, interrupted = kv._dispatch(Faulty(Unprintable()), 0, b"k", 10)
+    assert (got, interrupted) == (2, False)
+    assert "Unprintable" in text and "could not be printed" in text
+
+
 def test_a_failing_store_reaches_the_shim_as_its_code(shim: Path) -> None:
     report = replay(shim, Faulty(TimeoutError("slow")), 1, 0)
     assert report.startswith("put=4 get=4 global=- try_get_missing=4 get_missing=4 put_again=4")
