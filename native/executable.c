@@ -179,7 +179,7 @@ static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* e
   if (Py_TYPE(arg) == BufferType) {
     b = (BufferObject*)arg;
   } else if (Py_TYPE(arg) == BufferPromiseType && ((PromiseObject*)arg)->kind == PROMISE_BUFFERS &&
-             promise_count((PromiseObject*)arg) == 1) {
+             promise_visible((PromiseObject*)arg) == 1) {
     /* Made into a Buffer first: a pin belongs to a Buffer, and another thread
      * could otherwise make (and delete) one while this call uses the handle. */
     b = promise_at((PromiseObject*)arg, 0);

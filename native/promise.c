@@ -53,6 +53,13 @@ static Py_ssize_t promise_count(PromiseObject* p) {
   return p->buffers != NULL ? PyTuple_Size(p->buffers) : 0;
 }
 
+/* The buffers a caller sees: none for a promise of arity 0, which may hold a
+ * buffer only for its readiness (an ordered execution with no outputs holds
+ * its runtime token, pjrt_py.executable). */
+static Py_ssize_t promise_visible(PromiseObject* p) {
+  return p->arity == 0 ? 0 : promise_count(p);
+}
+
 /* Buffer i (borrowed), made now from the raw handle if need be; NULL with an
  * exception if that failed. */
 static BufferObject* promise_at(PromiseObject* p, Py_ssize_t i) {

@@ -211,7 +211,7 @@ static PyObject* buffer_promise_new(PyTypeObject* type, PyObject* args, PyObject
 static PyObject* buffer_promise_buffer(PromiseObject* p, PyObject* unused) {
   (void)unused;
   if (promise_check_failed(p) < 0) return NULL;
-  Py_ssize_t n = promise_count(p);
+  Py_ssize_t n = promise_visible(p);
   if (n != 1) {
     return PyErr_Format(PyExc_ValueError,
                         "this promise holds %zd buffers; pick one with promise[i]", n);
@@ -238,12 +238,12 @@ static PyObject* buffer_promise_to_numpy(PromiseObject* p, PyObject* unused) {
 }
 
 static Py_ssize_t buffer_promise_len(PromiseObject* p) {
-  return p->failed ? p->arity : promise_count(p);
+  return p->failed ? p->arity : promise_visible(p);
 }
 
 static PyObject* buffer_promise_item(PromiseObject* p, Py_ssize_t i) {
   if (promise_check_failed(p) < 0) return NULL;
-  Py_ssize_t n = promise_count(p);
+  Py_ssize_t n = promise_visible(p);
   if (i < 0) i += n;
   if (i < 0 || i >= n) {
     PyErr_SetString(PyExc_IndexError, "promise index out of range");
@@ -256,6 +256,7 @@ static PyObject* buffer_promise_item(PromiseObject* p, Py_ssize_t i) {
 static PyObject* buffer_promise_get_buffers(PromiseObject* p, void* unused) {
   (void)unused;
   if (promise_check_failed(p) < 0) return NULL;
+  if (promise_visible(p) == 0) return PyTuple_New(0);
   if (p->one != NULL || p->raw != NULL) {
     BufferObject* b = promise_at(p, 0);
     return b != NULL ? PyTuple_Pack(1, (PyObject*)b) : NULL;

@@ -450,6 +450,10 @@ class Client(_core.ClientCore):
             check_compile_options(options, [d.id for d in self.devices])
         if isolate is None:
             isolate = self.isolate_compile
+        elif not isinstance(isolate, bool):
+            raise TypeError(f"isolate must be True, False or None, got {isolate!r}")
+        if not isinstance(ordered, bool):
+            raise TypeError(f"ordered must be True or False, got {ordered!r}")
         if isolate and self._spans_processes:
             raise UnsupportedError(
                 "an isolated compile runs in a helper process, which cannot join this "

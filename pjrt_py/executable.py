@@ -325,6 +325,8 @@ class Executable(_core.ExecutableCore):
         self, *args: Any, ordered: bool = False, non_donatable: Iterable[int] | None = None
     ) -> BufferPromise:
         """execute_async for every call the native path does not take."""
+        if not isinstance(ordered, bool):
+            raise TypeError(f"ordered must be True or False, got {ordered!r}")
         self._live()
         if len(self.devices) != 1:
             raise ValueError(
@@ -536,7 +538,7 @@ class Executable(_core.ExecutableCore):
         PjrtError
             If the execution fails.
         """
-        if ordered or non_donatable is not None:
+        if ordered is not False or non_donatable is not None:
             return self.execute_async(*args, ordered=ordered, non_donatable=non_donatable).value()
         return self.execute_async(*args).value()  # keywords would leave the native path
 

@@ -154,3 +154,10 @@ def test_jax_lowered_program_matches_jax() -> None:
     assert exe.num_args == 2
     ours = exe.execute(x, w).to_numpy()
     np.testing.assert_allclose(ours, np.asarray(jax.jit(f)(x, w)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("flag", ["false", "true", 0, 1])
+def test_isolate_takes_only_a_bool_or_none(client: pjrt_py.Client, flag: object) -> None:
+    # "false" is truthy: taken as it was, it compiled in a helper process.
+    with pytest.raises(TypeError, match="isolate must be True, False or None"):
+        client.compile(ADD_F32_8, isolate=flag, cache=False)

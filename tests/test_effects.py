@@ -165,3 +165,31 @@ def test_ordered_needs_program_text(client: pjrt_py.Client) -> None:
     with pytest.raises(ValueError, match="needs the StableHLO text"):
         exe.execute_async(x, x, ordered=True)
     np.testing.assert_array_equal(exe.execute(x, x).to_numpy(), 2 * x)  # unordered works
+
+
+def test_ordered_execution_without_outputs_shows_no_token(client: pjrt_py.Client) -> None:
+    # The runtime token is pjrt_py's: a program with no outputs gives a
+    # promise of nothing, as an unordered run does.
+    exe = client.compile("func.func @main(%x: tensor<8xf32>) { return }")
+    x = np.ones(8, np.float32)
+    for promise in (exe.execute_async(x, ordered=True), exe.execute_async(x)):
+        assert promise.value() is None
+        assert len(promise) == 0 and promise._buffers == ()
+        with pytest.raises(ValueError, match="0 buffers"):
+            promise.buffer()
+        with pytest.raises(IndexError):
+            promise[0]
+    assert exe.execute(x, ordered=True) is None
+    pjrt_py.effects_barrier()
+
+
+@pytest.mark.parametrize("flag", ["yes", 1, None, np.bool_(True)])
+def test_ordered_takes_only_a_bool(client: pjrt_py.Client, flag: object) -> None:
+    exe = client.compile("func.func @main(%x: tensor<8xf32>) { return }")
+    x = np.ones(8, np.float32)
+    with pytest.raises(TypeError, match="ordered must be True or False"):
+        exe.execute_async(x, ordered=flag)
+    with pytest.raises(TypeError, match="ordered must be True or False"):
+        exe.execute(x, ordered=flag)
+    with pytest.raises(TypeError, match="ordered must be True or False"):
+        client.compile("func.func @main(%x: tensor<8xf32>) { return }", ordered=flag, cache=False)
