@@ -17,9 +17,14 @@ options bytes, holding the envelope of ``Executable.serialize()``:
   every writer's entry is correct.
 - **Damage is a miss.** A truncated or corrupt entry fails the envelope's
   checks; it is removed and the program is compiled and written again.
+- **An entry answers only for its own key.** The envelope records the key
+  it was written under (``serialization.pack``), and the client checks it on
+  a read: a file copied or renamed under another key is a miss (and is
+  removed), never another program.
 - **Bounded.** After each write the directory is trimmed to ``max_bytes`` by
   removing the least recently used entries (a hit refreshes the entry's
-  modification time).
+  modification time), and temporary files a writer left behind (a process
+  killed mid-write) once they are older than ``STALE_TMP_SECONDS``.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -38,6 +44,8 @@ ENV_MAX_BYTES = "PJRT_PY_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB
 MEMORY_ENTRIES = 256  # executables kept per client
 _SUFFIX = ".pjrtpy"
+_TMP = ".tmp-"
+STALE_TMP_SECONDS = 600.0  # a writer takes milliseconds; one this old died
 
 
 class MemoryCache:
@@ -100,6 +108,8 @@ class DiskCache:
                 raise ValueError(f"${ENV_MAX_BYTES}={env!r} is not an integer") from None
         if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
             raise ValueError(f"cache max_bytes must be a non-negative int, got {max_bytes!r}")
+        if not os.fspath(directory):
+            raise ValueError("cache_dir must name a directory, got '' (use False for no cache)")
         self.directory = Path(directory).expanduser()
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
@@ -130,7 +140,7 @@ class DiskCache:
 
     def put(self, key: str, data: bytes) -> None:
         """Write an entry atomically, then trim the directory to ``max_bytes``."""
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=_SUFFIX, dir=self.directory)
+        fd, tmp = tempfile.mkstemp(prefix=_TMP, suffix=_SUFFIX, dir=self.directory)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -146,7 +156,7 @@ class DiskCache:
         """(mtime, size, path) of each entry, least recently used first."""
         found = []
         for path in self.directory.glob(f"*{_SUFFIX}"):
-            if path.name.startswith(".tmp-"):
+            if path.name.startswith(_TMP):
                 continue
             try:
                 st = path.stat()
@@ -157,6 +167,7 @@ class DiskCache:
         return found
 
     def trim(self, keep: str | None = None) -> None:
+        self._remove_stale_temporaries()
         entries = self.entries()
         total = sum(size for _, size, _ in entries)
         for _, size, path in entries:
@@ -169,6 +180,14 @@ class DiskCache:
                 total -= size
             except OSError:
                 pass
+
+    def _remove_stale_temporaries(self) -> None:
+        """Remove what writers that died mid-write left (see ``STALE_TMP_SECONDS``)."""
+        now = time.time()
+        for path in self.directory.glob(f"{_TMP}*{_SUFFIX}"):
+            with contextlib.suppress(OSError):  # gone meanwhile, or not ours to remove
+                if now - path.stat().st_mtime > STALE_TMP_SECONDS:
+                    path.unlink()
 
     def __repr__(self) -> str:
         return f"<DiskCache {self.directory} max_bytes={self.max_bytes}>"

@@ -539,6 +539,9 @@ class Client(_core.ClientCore):
             self._disk_identity = serialization.disk_identity(self)
         key = disk_key(self._disk_identity, code, options)
         data = disk.get(key)
+        if data is not None and serialization.cache_key_of(data) != key:
+            disk.reject(key)  # filed under another key: another program's
+            data = None
         if data is not None:
             try:
                 compiled = self._load(data)
@@ -549,7 +552,7 @@ class Client(_core.ClientCore):
         compiled = self._compile(program, code, options, isolate)
         # An unwritable cache, or a plugin that cannot serialize, costs a compile.
         with contextlib.suppress(OSError, PjrtError):
-            disk.put(key, compiled.serialize(compiled.signature))
+            disk.put(key, compiled.serialize(compiled.signature, key))
         return compiled
 
     def deserialize(self, data: bytes) -> Executable:

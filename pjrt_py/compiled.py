@@ -239,7 +239,7 @@ class CompiledProgram:
             return None
         return MemoryStats(**{f: int(getattr(args, f)) for f in MemoryStats.__dataclass_fields__})
 
-    def serialize(self, signature: list[ArgSpec] | None) -> bytes:
+    def serialize(self, signature: list[ArgSpec] | None, cache_key: str | None = None) -> bytes:
         with self.client._pinned():  # also while PJRT's bytes are freed
             args = self.client.plugin.invoke("PJRT_Executable_Serialize", executable=self._exe_ptr)
             try:
@@ -247,7 +247,7 @@ class CompiledProgram:
             finally:
                 args.serialized_executable_deleter(args.serialized_executable)
         identity = serialization.plugin_identity(self.client)
-        return serialization.pack(identity, signature, payload)
+        return serialization.pack(identity, signature, payload, cache_key)
 
 
 def _read(reader: Callable[[bytes], _T], module: bytes) -> _T | None:

@@ -87,14 +87,25 @@ def _spec_from_json(item: Any) -> ArgSpec:
     )
 
 
-def pack(identity: dict[str, Any], signature: list[ArgSpec] | None, payload: bytes) -> bytes:
-    """Wrap a PJRT-serialized executable in a checked envelope."""
+def pack(
+    identity: dict[str, Any],
+    signature: list[ArgSpec] | None,
+    payload: bytes,
+    cache_key: str | None = None,
+) -> bytes:
+    """Wrap a PJRT-serialized executable in a checked envelope.
+
+    ``cache_key``: the disk cache key the envelope is written under, recorded
+    so that a read can tell an entry filed under another key (``cache_key_of``).
+    """
     header = {
         "identity": identity,
         "payload_size": len(payload),
         "payload_sha256": hashlib.sha256(payload).hexdigest(),
         "signature": None if signature is None else [_spec_json(s) for s in signature],
     }
+    if cache_key is not None:
+        header["cache_key"] = cache_key
     text = json.dumps(header, sort_keys=True).encode()
     return _PREFIX.pack(MAGIC, FORMAT, len(text)) + text + payload
 
@@ -134,6 +145,20 @@ def unpack(data: bytes) -> tuple[dict[str, Any], list[ArgSpec] | None, memoryvie
     if not isinstance(identity, dict):
         raise SerializationError("serialized executable has a damaged header: identity")
     return identity, signature, payload
+
+
+def cache_key_of(data: bytes) -> str | None:
+    """The disk cache key an envelope was written under; None if it records none
+    or is not an envelope (``unpack`` says what is wrong with it)."""
+    view = memoryview(data).cast("B")
+    if len(view) < _PREFIX.size or bytes(view[:8]) != MAGIC:
+        return None
+    _, _, size = _PREFIX.unpack_from(view)
+    try:
+        key = json.loads(bytes(view[_PREFIX.size : _PREFIX.size + size])).get("cache_key")
+    except (ValueError, AttributeError):
+        return None
+    return key if isinstance(key, str) else None
 
 
 def identity_mismatch(made_by: dict[str, Any], here: dict[str, Any]) -> str | None:

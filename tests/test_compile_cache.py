@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -243,3 +244,40 @@ def test_another_xla_build_never_loads_an_entry(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert len(entries(tmp_path)) == 2
+
+
+def test_an_entry_filed_under_another_key_is_a_miss(tmp_path: Path) -> None:
+    # Copying one program's entry over another's name must not run the first
+    # program when the second is asked for.
+    one = pjrt_py.Client(cache_dir=tmp_path)
+    one.compile(ADD_F32_8)
+    (add_entry,) = entries(tmp_path)
+    sub = ADD_F32_8.replace("stablehlo.add", "stablehlo.subtract")
+    one.compile(sub)
+    (sub_entry,) = [e for e in entries(tmp_path) if e != add_entry]
+    sub_entry.write_bytes(add_entry.read_bytes())
+    client = pjrt_py.Client(cache_dir=tmp_path)
+    exe = client.compile(sub)
+    assert client.disk_cache is not None and client.disk_cache.rejected == 1
+    out = exe.execute(np.ones(8, np.float32), np.ones(8, np.float32)).to_numpy()
+    np.testing.assert_array_equal(out, np.zeros(8, np.float32))
+
+
+def test_temporaries_of_dead_writers_are_trimmed(tmp_path: Path) -> None:
+    from pjrt_py.cache import STALE_TMP_SECONDS
+
+    stale, fresh = tmp_path / ".tmp-dead.pjrtpy", tmp_path / ".tmp-live.pjrtpy"
+    stale.write_bytes(b"x" * 100)
+    fresh.write_bytes(b"y" * 100)
+    old = time.time() - STALE_TMP_SECONDS - 60
+    os.utime(stale, (old, old))
+    pjrt_py.Client(cache_dir=tmp_path).compile(ADD_F32_8)  # a write trims
+    assert not stale.exists()
+    assert fresh.exists()  # a writer may still be at work on it
+
+
+def test_an_empty_cache_dir_is_refused(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="cache_dir must name a directory"):
+        pjrt_py.Client(cache_dir="")
+    assert list(tmp_path.iterdir()) == []
