@@ -232,6 +232,32 @@ class Lowered:
         return exe
 
 
+def _absolute_argnums(
+    nums: tuple[int, ...], params: list[inspect.Parameter], positional: int
+) -> tuple[int, ...]:
+    """``static_argnums`` with negative positions counted from the end, as jax does.
+
+    A negative position needs a known number of positional parameters: with
+    ``*args`` (or no readable signature) it is refused rather than guessed.
+    """
+    for i in nums:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"static_argnums must be ints, got {i!r}")
+    if all(i >= 0 for i in nums):
+        return nums
+    if not params or any(p.kind == p.VAR_POSITIONAL for p in params):
+        raise ValueError(
+            f"static_argnums={nums} counts from the end, which needs a function with a fixed "
+            "number of positional parameters (no *args): give non-negative positions"
+        )
+    out = tuple(i + positional if i < 0 else i for i in nums)
+    if any(i < 0 for i in out):
+        raise ValueError(
+            f"static_argnums={nums}: the function takes {positional} positional argument(s)"
+        )
+    return out
+
+
 class Jitted:
     """A function compiled per call signature; made by ``jit``.
 
@@ -281,6 +307,7 @@ class Jitted:
         positional = [
             p.name for p in self._params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
+        nums = _absolute_argnums(nums, self._params, len(positional))
         nums += tuple(positional.index(n) for n in names if n in positional)
         names += tuple(positional[i] for i in nums if 0 <= i < len(positional))
         self.static_argnums = tuple(sorted(set(nums)))

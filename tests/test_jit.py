@@ -203,3 +203,19 @@ def test_bad_arguments_are_type_errors() -> None:
         pjrt_py.jit(3)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="str"):
         pjrt_py.jit(lambda x: x)("not an array")
+
+
+def test_negative_static_argnums_count_from_the_end_as_in_jax() -> None:
+    import jax
+
+    f = pjrt_py.jit(lambda a, n: a * n, static_argnums=-1)
+    assert f.static_argnums == (1,) and f.static_argnames == ("n",)
+    x = np.arange(3, dtype=np.float32)
+    expected = np.asarray(jax.jit(lambda a, n: a * n, static_argnums=-1)(x, 3))
+    np.testing.assert_array_equal(np.asarray(f(x, 3)), expected)
+    with pytest.raises(ValueError, match="takes 2 positional"):
+        pjrt_py.jit(lambda a, n: a * n, static_argnums=-3)
+    with pytest.raises(ValueError, match="no \\*args"):
+        pjrt_py.jit(lambda *a: a[0], static_argnums=-1)
+    with pytest.raises(TypeError, match="must be ints"):
+        pjrt_py.jit(lambda a: a, static_argnums=[1.0])
