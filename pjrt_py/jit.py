@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import _jax_callbacks, host_callback
+from . import _jax_callbacks, _jax_types, host_callback
 from .buffer import Buffer
 from .client import default_client
 from .dlpack import Foreign, is_foreign, to_jax, to_torch
@@ -135,6 +135,9 @@ def _converter(out: str | Callable[[Buffer], Any]) -> Callable[[Buffer], Any] | 
     raise ValueError(f"out must be one of {sorted(_CONVERTERS)} or a callable, got {out!r}")
 
 
+_Entry = tuple[Executable, Any, bool, tuple[bool, ...]]
+
+
 class _Call(NamedTuple):
     """One call's arguments, split and flattened (see Jitted._flatten_call)."""
 
@@ -193,6 +196,7 @@ class Lowered:
         self.in_tree = in_tree  # structure of the (non-static) arguments
         self.out_tree = out_tree  # structure of the outputs
         self.arg_names = names
+        self.weak_outputs: tuple[bool, ...] = ()  # outputs jax returns weakly typed
 
     def as_text(self) -> str:
         """The StableHLO (MLIR text) handed to the compiler.
@@ -314,9 +318,10 @@ class Jitted:
         self.static_argnames = tuple(sorted(set(names)))
         self._client = client
         self._convert = convert  # applied to each output (jit's out=)
-        # signature -> (executable, output structure, whether it is one array)
-        self._cache: dict[Any, tuple[Executable, Any, bool]] = {}
-        self._flat: dict[Any, tuple[Executable, Any, bool]] = {}  # all-Buffer calls
+        # signature -> (executable, output structure, whether it is one array,
+        # which outputs jax returns weakly typed)
+        self._cache: dict[Any, _Entry] = {}
+        self._flat: dict[Any, _Entry] = {}  # all-Buffer calls, by (context, metadata)
         self._lock = threading.Lock()
         self._jax_jit: Any = None
         functools.update_wrapper(self, fn)
@@ -356,7 +361,7 @@ class Jitted:
                 specs.append(t)  # weakly typed: the value is not part of the key
             elif t is np.ndarray or isinstance(x, np.generic):
                 x = np.asarray(x)
-                dtype = _canonical(x.dtype)
+                dtype = _jax_types.canonical(x.dtype)
                 if dtype != x.dtype:
                     x = x.astype(dtype)
                 leaves[i] = x
@@ -365,13 +370,14 @@ class Jitted:
                 leaves[i] = buf = x.buffer()
                 specs.append(buf._metadata())
             elif is_foreign(x):  # jax, torch, ...: taken through DLPack
+                weak = _jax_types.is_weak(x)  # traced weak, as jax traces it
                 foreign = Foreign(x, self.client)
-                dtype = _canonical(foreign.dtype)
+                dtype = _jax_types.canonical(foreign.dtype)
                 if dtype != foreign.dtype:  # as JAX would: narrowed, so copied
                     leaves[i] = np.asarray(foreign.tensor.as_array(foreign.dtype), dtype=dtype)
                 else:
                     leaves[i] = foreign
-                specs.append((foreign.shape, dtype))
+                specs.append((foreign.shape, dtype, True) if weak else (foreign.shape, dtype))
             else:
                 raise TypeError(
                     f"pjrt_py.jit argument of type {t.__name__}: expected pjrt_py "
@@ -390,7 +396,9 @@ class Jitted:
     def _entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
         """The cache entry for a call, and the call's flat arguments."""
         call = self._flatten_call(args, kwargs)
-        key = (call.treedef, call.specs, call.static)
+        # jax's configuration is part of the key, as in jax.jit (see _jax_types).
+        context = _jax_types.context()
+        key = (call.treedef, call.specs, call.static, context)
         entry = self._cache.get(key)
         if entry is None:
             with self._lock:
@@ -399,12 +407,12 @@ class Jitted:
                     lowered = self._lower(call)
                     out_tree = lowered.out_tree
                     single = out_tree == _jax().tree_util.tree_structure(0)
-                    entry = (lowered.compile(), out_tree, single)
+                    entry = (lowered.compile(), out_tree, single, lowered.weak_outputs)
                     self._cache[key] = entry
         leaves = call.leaves
         if not kwargs and all(type(a) is Buffer for a in args) and len(leaves) == len(args):
             # Arguments that are all Buffers map to this entry without flattening.
-            self._flat[tuple(a._metadata() for a in args)] = entry
+            self._flat[(context, tuple(a._metadata() for a in args))] = entry
         return entry, leaves
 
     # -- stages -----------------------------------------------------------
@@ -418,7 +426,8 @@ class Jitted:
                 keep_unused=True,  # every flat argument stays a parameter of @main
             )
         abstract = [
-            x if type(x) in _SCALARS else jax.ShapeDtypeStruct(*_meta(x)) for x in call.leaves
+            x if type(x) in _SCALARS else _jax_types.abstract(spec)
+            for x, spec in zip(call.leaves, call.specs, strict=True)
         ]
         abs_dyn, abs_kw = _unflatten(call.treedef, abstract)
         it = iter(abs_dyn)
@@ -439,7 +448,9 @@ class Jitted:
         if ordered:
             text = _jax_callbacks.without_main_tokens(text)
         names = self._arg_names(call.dyn, call.dyn_kw)
-        return Lowered(self, text, call.treedef, lowered.out_tree, names, routes, ordered)
+        result = Lowered(self, text, call.treedef, lowered.out_tree, names, routes, ordered)
+        result.weak_outputs = _jax_types.weak_outputs(lowered)
+        return result
 
     def _arg_names(self, dyn: tuple[Any, ...], dyn_kw: dict[str, Any]) -> list[str]:
         """``x``, ``params['w']``: a name per flat argument, for argument errors."""
@@ -496,18 +507,22 @@ class Jitted:
                     break
                 metas.append(a._meta)
             else:
-                entry = self._flat.get(tuple(metas))
+                entry = self._flat.get((_jax_types.context(), tuple(metas)))
                 if entry is not None:
-                    exe, out_tree, single = entry
-                    buffers: Sequence[Any] = exe.execute_async(*args)._buffers
-                    if self._convert is not None:
-                        buffers = [self._convert(b) for b in buffers]
-                    return buffers[0] if single else _unflatten(out_tree, buffers)
-        (exe, out_tree, single), leaves = self._entry(args, kwargs)
-        outputs: Sequence[Any] = exe.execute_async(*leaves)._buffers
+                    return self._outputs(entry, entry[0].execute_async(*args)._buffers)
+        entry, leaves = self._entry(args, kwargs)
+        return self._outputs(entry, entry[0].execute_async(*leaves)._buffers)
+
+    def _outputs(self, entry: _Entry, buffers: Sequence[Any]) -> Any:
+        """The call's result: ``buffers`` converted (``out=``) in ``fn``'s structure."""
+        _, out_tree, single, weak = entry
         if self._convert is not None:
-            outputs = [self._convert(b) for b in outputs]
-        return outputs[0] if single else _unflatten(out_tree, outputs)
+            buffers = [self._convert(b) for b in buffers]
+            if self._convert is to_jax and any(weak):  # weak where jax's would be
+                buffers = [
+                    _jax_types.as_weak(b) if w else b for b, w in zip(buffers, weak, strict=True)
+                ]
+        return buffers[0] if single else _unflatten(out_tree, buffers)
 
     def cache_size(self) -> int:
         """How many signatures have been compiled.
@@ -530,13 +545,6 @@ class Jitted:
 
     def __repr__(self) -> str:
         return f"<pjrt_py.jit {getattr(self.fn, '__qualname__', self.fn)!r}>"
-
-
-@functools.cache
-def _canonical(dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """The dtype JAX gives an array of ``dtype`` (64-bit types narrow unless x64 is on)."""
-    canonical: np.dtype[Any] = np.dtype(_jax().dtypes.canonicalize_dtype(dtype))
-    return canonical
 
 
 def _meta(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:

@@ -1,0 +1,96 @@
+"""What a jax trace depends on beyond shapes and dtypes, for ``pjrt_py.jit``.
+
+jax's own ``jit`` keys its trace cache on its configuration (x64, dtype
+promotion, default device, and everything else its tracing reads) and on each
+argument's weak type. ``pjrt_py.jit`` must key on the same, or a program
+traced under an earlier configuration runs under a later one and gives
+another answer than jax (measured: float32 ``inf`` where jax gave float64
+``3e300`` after x64 was turned on; a cached result where strict promotion
+raises).
+
+- ``context()``: jax's own tuple of trace-relevant configuration
+  (``jax._src.config.trace_context``, about 0.2 us), part of every cache key.
+- ``canonical(dtype)``: the dtype jax gives an array of ``dtype`` under the
+  configuration in force (64-bit types narrow unless x64 is on); asked each
+  time, never cached across configurations.
+- Weak types: a jax array with ``weak_type=True`` (``jnp.asarray(2.0)``) is
+  traced as weak, as jax traces it, so ``weak f32 * f16`` is float16 in both.
+  Outputs that jax would return weak are returned weak with ``out="jax"``.
+  A pjrt_py ``Buffer`` carries no weak type: an output returned as a Buffer
+  and passed back in is strong (documented in docs/aot.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_trace_context: Any = None
+
+
+def context() -> Any:
+    """A hashable value that changes whenever jax would trace differently."""
+    global _trace_context
+    if _trace_context is None:
+        try:
+            from jax._src.config import trace_context
+
+            _trace_context = trace_context
+        except ImportError:  # a jax without it: the settings that change dtypes
+            import jax
+
+            names = (
+                "enable_x64",
+                "numpy_dtype_promotion",
+                "default_device",
+                "numpy_rank_promotion",
+            )
+
+            def _fallback() -> Any:
+                config: Any = jax.config
+                return tuple(getattr(config, "jax_" + name, None) for name in names)
+
+            _trace_context = _fallback
+    return _trace_context()
+
+
+def canonical(dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The dtype jax gives an array of ``dtype`` under the configuration in force."""
+    import jax
+
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
+def is_weak(x: Any) -> bool:
+    """Whether ``x`` is a weakly typed jax array (only jax's arrays are asked)."""
+    return type(x).__module__.startswith("jax") and getattr(x, "weak_type", False) is True
+
+
+def abstract(spec: tuple[Any, ...]) -> Any:
+    """The ``jax.ShapeDtypeStruct`` of a leaf's spec: (shape, dtype[, weak])."""
+    import jax
+
+    struct: Any = jax.ShapeDtypeStruct
+    return struct(spec[0], spec[1], weak_type=len(spec) > 2 and spec[2])
+
+
+def weak_outputs(jax_lowered: Any) -> tuple[bool, ...]:
+    """Which outputs jax would return weakly typed, from its lowering ((): unknown)."""
+    lowering = getattr(jax_lowered, "_lowering", None)
+    avals = getattr(lowering, "compile_args", {}).get("global_out_avals") or ()
+    return tuple(bool(getattr(a, "weak_type", False)) for a in avals)
+
+
+def as_weak(array: Any) -> Any:
+    """``array`` (a jax.Array) marked weakly typed, sharing its memory."""
+    from jax._src import core
+    from jax._src.array import ArrayImpl
+
+    try:
+        aval = core.ShapedArray(array.shape, array.dtype, weak_type=True)
+        return ArrayImpl(aval, array.sharding, array._arrays, committed=array._committed)
+    except (AttributeError, TypeError):  # another jax's internals: jax's own conversion
+        from jax._src.lax import lax
+
+        return lax._convert_element_type(array, weak_type=True)
