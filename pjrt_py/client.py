@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _runtime, serialization
+from . import _core, _runtime, program_form, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, host_to_device
 from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
@@ -498,6 +498,8 @@ class Client(_core.ClientCore):
         if isolate:
             return self._load(self.compile_helper.compile(program, code, options))
         signature = main_signature(text) if text is not None else None
+        if isinstance(program, str):  # the form jaxlib's client sends (program_form)
+            code = program_form.for_plugin(self.plugin, program) or code
         code_buf = ffi.new("char[]", code)
         fmt = ffi.new("char[]", b"mlir")
         prog = ffi.new("PJRT_Program*")
