@@ -25,6 +25,7 @@
 #include "loaded.c"
 #include "foreign.c"
 #include "ffi.c"
+#include "host_callback_attrs.c"
 #include "host_callback.c"
 #include "kv_store.c"
 #include "executable.c"
