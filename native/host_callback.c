@@ -27,6 +27,11 @@
  * same base object (numpy collapses bases to the first non-array), so one
  * reference count per call detects every escape.
  *
+ * That is the CPU handler (hc_handle), which uses XLA's buffers in place. On
+ * a GPU plugin they are device memory: the staged handler of
+ * host_callback_gpu.c copies them to host memory and back around the same
+ * hc_call().
+ *
  * The call frame's layout is in host_callback.h; the attributes are read in
  * host_callback_attrs.c. */
 
@@ -311,8 +316,9 @@ static void* hc_error(const hc_frame* frame, int code, const char* message) {
   return frame->api->error_create(&a);
 }
 
-static void* hc_handle(int slot, hc_frame* frame) {
-  if (ffi_answer_metadata(frame->extension_start)) return NULL;
+/* Runs the slot's function on `frame`, whose buffers are host memory: NULL,
+ * or the XLA FFI error that fails the execution. */
+static void* hc_call(int slot, const hc_frame* frame) {
   if (!gate_enter())
     return hc_error(frame, HC_UNAVAILABLE,
                     "pjrt_py: the interpreter is exiting; the host callback was not run");
@@ -335,21 +341,14 @@ static void* hc_handle(int slot, hc_frame* frame) {
   return error;
 }
 
-/* The trampolines: hc_t_XY passes slot 0xXY. */
-#define HC_T(x) \
-  static void* hc_t_##x(hc_frame* f) { return hc_handle(0x##x, f); }
-#define HC_T16(h)                                                                      \
-  HC_T(h##0) HC_T(h##1) HC_T(h##2) HC_T(h##3) HC_T(h##4) HC_T(h##5) HC_T(h##6) HC_T(h##7) \
-  HC_T(h##8) HC_T(h##9) HC_T(h##a) HC_T(h##b) HC_T(h##c) HC_T(h##d) HC_T(h##e) HC_T(h##f)
-HC_T16(0) HC_T16(1) HC_T16(2) HC_T16(3) HC_T16(4) HC_T16(5) HC_T16(6) HC_T16(7)
-HC_T16(8) HC_T16(9) HC_T16(a) HC_T16(b) HC_T16(c) HC_T16(d) HC_T16(e) HC_T16(f)
-#define HC_N(x) hc_t_##x,
-#define HC_N16(h)                                                                      \
-  HC_N(h##0) HC_N(h##1) HC_N(h##2) HC_N(h##3) HC_N(h##4) HC_N(h##5) HC_N(h##6) HC_N(h##7) \
-  HC_N(h##8) HC_N(h##9) HC_N(h##a) HC_N(h##b) HC_N(h##c) HC_N(h##d) HC_N(h##e) HC_N(h##f)
-static void* (*const hc_trampolines[HC_SLOTS])(hc_frame*) = {
-    HC_N16(0) HC_N16(1) HC_N16(2) HC_N16(3) HC_N16(4) HC_N16(5) HC_N16(6) HC_N16(7)
-    HC_N16(8) HC_N16(9) HC_N16(a) HC_N16(b) HC_N16(c) HC_N16(d) HC_N16(e) HC_N16(f)};
+/* The CPU handler: operands and results are host memory, used in place. */
+static void* hc_handle(int slot, hc_frame* frame) {
+  if (ffi_answer_metadata(frame->extension_start)) return NULL;
+  return hc_call(slot, frame);
+}
+
+HC_POOL(hc_t_, hc_handle)
+static void* (*const hc_trampolines[HC_SLOTS])(hc_frame*) = {HC_NAMES(hc_t_)};
 
 /* ---- Python entry points ------------------------------------------------- */
 
