@@ -23,9 +23,11 @@
  * The copies go through a copier, a table of functions chosen per
  * registration (hcs_copiers): "cuda" uses the CUDA driver API, loaded with
  * dlopen("libcuda.so.1") at the first CUDA registration (the module never
- * links CUDA); "host" (memcpy, no stream) and "host-stream" (memcpy after
- * asking XLA for a stream, which a CPU plugin refuses) let the CPU builds
- * test the staging and the XLA_FFI_Api slot this file relies on.
+ * links CUDA). Three more let the CPU builds test what does not need a GPU:
+ * "host" (memcpy, no stream) the staging, "host-stream" (memcpy after asking
+ * XLA for a stream, which a CPU plugin refuses) the XLA_FFI_Api slot this
+ * file relies on, and "cuda-no-stream" (the CUDA copier on a null stream)
+ * the driver calls, against a stand-in driver library.
  *
  * Anything that fails here fails the execution with an error naming the
  * callback and, for CUDA, the driver call and its CUDA error (INTERNAL). */
@@ -133,8 +135,11 @@ static int hcs_cuda_sync(void* stream, char* why) {
 static const hcs_copier hcs_copiers[] = {
     {"cuda", 1, hcs_cuda_enter, hcs_cuda_leave, hcs_cuda_to_host, hcs_cuda_to_device,
      hcs_cuda_sync},
+    /* for the tests on CPU builds (see the top of this file) */
     {"host", 0, NULL, NULL, hcs_memcpy, hcs_memcpy, hcs_no_sync},
     {"host-stream", 1, NULL, NULL, hcs_memcpy, hcs_memcpy, hcs_no_sync},
+    {"cuda-no-stream", 0, hcs_cuda_enter, hcs_cuda_leave, hcs_cuda_to_host, hcs_cuda_to_device,
+     hcs_cuda_sync},
 };
 
 /* Loads the driver library at `path` into `api`: NULL, or why not. */
@@ -325,7 +330,7 @@ static PyObject* core_host_callback_staged(PyObject* self, PyObject* args) {
   for (size_t i = 0; i < sizeof(hcs_copiers) / sizeof(hcs_copiers[0]); ++i)
     if (strcmp(hcs_copiers[i].name, copier) == 0) c = &hcs_copiers[i];
   if (c == NULL) return PyErr_Format(PyExc_ValueError, "no copier %s", copier);
-  if (c == &hcs_copiers[0] && !__atomic_load_n(&g_cuda_loaded, __ATOMIC_ACQUIRE))
+  if (c->enter == hcs_cuda_enter && !__atomic_load_n(&g_cuda_loaded, __ATOMIC_ACQUIRE))
     return PyErr_Format(PyExc_RuntimeError, "the CUDA driver is not loaded (cuda_driver_load)");
   for (int t = 1; t < HC_MAX_TYPE; ++t) { /* element sizes, read without the GIL later */
     PyObject* descr = hc_descr(t);

@@ -11,12 +11,16 @@ device and skip without one."""
 from __future__ import annotations
 
 import ctypes
+import os
 import re
+import shutil
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import build_so, run_python
 from test_host_callbacks import mlir, unary
 
 import pjrt_py
@@ -35,8 +39,11 @@ def _has_libcuda() -> bool:
 def cuda_client() -> pjrt_py.Client:
     if not any(info.name == "cuda" for info in pjrt_py.plugins()):
         pytest.skip("needs a plugin whose devices are GPUs: no CUDA PJRT plugin is installed")
+    # Neither this client nor jax's (test_cuda_jit_callbacks_match_jax) takes
+    # most of the device's memory up front: they share it.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     try:
-        return pjrt_py.Client("cuda")
+        return pjrt_py.Client("cuda", {"preallocate": False})
     except (pjrt_py.PjrtError, OSError) as e:
         pytest.skip(f"needs a plugin whose devices are GPUs: the CUDA plugin has none ({e})")
 
@@ -186,6 +193,67 @@ def test_the_stream_is_asked_for_through_xla_ffi_stream_get(client: pjrt_py.Clie
         "XLA FFI GPU context is not available",
     ):
         client.compile(unary("staged_stream", "tensor<2xf32>")).execute(np.ones(2, np.float32))
+
+
+# A stand-in for libcuda.so.1: the entry points pjrt_py uses, copying with
+# memcpy (device pointers are host pointers here), counting context pushes and
+# pops, and failing cuStreamSynchronize with `fake_fail` when it is set.
+FAKE_DRIVER = r"""
+#include <stdint.h>
+#include <string.h>
+int fake_fail = 0, fake_pushes = 0, fake_pops = 0, fake_syncs = 0;
+int cuMemcpyDtoHAsync_v2(void* dst, unsigned long long src, size_t n, void* stream) {
+  memcpy(dst, (const void*)(uintptr_t)src, n);
+  return 0;
+}
+int cuMemcpyHtoDAsync_v2(unsigned long long dst, const void* src, size_t n, void* stream) {
+  memcpy((void*)(uintptr_t)dst, src, n);
+  return 0;
+}
+int cuStreamSynchronize(void* stream) { fake_syncs++; return fake_fail; }
+int cuStreamGetCtx(void* stream, void** ctx) { *ctx = (void*)&fake_pushes; return 0; }
+int cuCtxGetCurrent(void** ctx) { *ctx = NULL; return 0; }
+int cuCtxPushCurrent_v2(void* ctx) { fake_pushes++; return 0; }
+int cuCtxPopCurrent_v2(void** ctx) { fake_pops++; return 0; }
+int cuGetErrorName(int e, const char** s) { *s = "CUDA_ERROR_ILLEGAL_ADDRESS"; return 0; }
+int cuGetErrorString(int e, const char** s) { *s = "an illegal memory access"; return 0; }
+"""
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None, reason="needs a C compiler")
+def test_the_cuda_copier_against_a_stand_in_driver(tmp_path: Path) -> None:
+    # In a fresh interpreter: the first driver that loads is the process's.
+    driver = build_so(tmp_path, "fake_cuda", FAKE_DRIVER)
+    result = run_python(
+        f"""
+        import ctypes, numpy as np, pjrt_py
+        from pjrt_py import host_callback
+        host_callback.load_cuda_driver({str(driver)!r})
+        fake = ctypes.CDLL({str(driver)!r})
+        client = pjrt_py.Client()
+        host_callback._register("fake_cuda", lambda x: x * 2, client, False, "cuda-no-stream")
+        exe = client.compile({unary("fake_cuda", "tensor<3xf32>")!r})
+        print(exe.execute(np.arange(3, dtype=np.float32)).to_numpy().tolist())
+        count = lambda name: ctypes.c_int.in_dll(fake, name).value
+        print(count("fake_syncs"), count("fake_pushes"), count("fake_pops"))
+        ctypes.c_int.in_dll(fake, "fake_fail").value = 700
+        try:
+            exe.execute(np.arange(3, dtype=np.float32)).to_numpy()
+        except pjrt_py.InternalError as e:
+            print(e)
+        print(count("fake_pushes") - count("fake_pops"))
+        """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "[0.0, 2.0, 4.0]"
+    assert lines[1] == "2 1 1"  # operands in, results out; the context pushed once, popped
+    assert (
+        "host callback 'fake_cuda': copying the operands to the host: cuStreamSynchronize "
+        "failed: CUDA_ERROR_ILLEGAL_ADDRESS 700 (an illegal memory access)"
+    ) in lines[2]
+    assert lines[-1] == "0"
 
 
 # -- jax's CUDA lowering ------------------------------------------------------------
