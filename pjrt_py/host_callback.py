@@ -169,10 +169,11 @@ def _copier(client: Client | None, platform: str | None, what: str) -> tuple[Cli
     have = _KINDS.get(client.platform_name.lower())
     want = have if platform is None else _KINDS.get(platform.lower())
     if want is None or have is None or want == "rocm" or have == "rocm":
+        asked = "" if platform is None else f"asked for {platform!r} "
         raise UnsupportedError(
-            f"{what} run on CPU and CUDA plugins (asked for {platform!r} on a "
-            f"{client.platform_name!r} client): on GPUs the handler copies through the CUDA "
-            "driver API, which ROCm does not have"
+            f"{what} run on CPU and CUDA plugins ({asked}on a {client.platform_name!r} "
+            "client): on GPUs the handler copies through the CUDA driver API, which ROCm "
+            "does not have"
         )
     if want != have:
         raise UnsupportedError(
