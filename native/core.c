@@ -26,7 +26,9 @@
 #include "loaded.c"
 #include "foreign.c"
 #include "ffi.c"
+#include "host_callback_attrs.c"
 #include "host_callback.c"
+#include "host_callback_gpu.c"
 #include "kv_store.c"
 #include "executable.c"
 #include "client.c"
@@ -115,6 +117,10 @@ static PyMethodDef core_functions[] = {
      "host_callback_setup(dtypes, routes, format_error) -> number of slots"},
     {"host_callback_set", core_host_callback_set, METH_VARARGS,
      "host_callback_set(slot, fn, name, copy) -> the slot's XLA FFI handler address"},
+    {"host_callback_staged", core_host_callback_staged, METH_VARARGS,
+     "host_callback_staged(slot, name, copier) -> the slot's GPU (staged) handler address"},
+    {"cuda_driver_load", core_cuda_driver_load, METH_VARARGS,
+     "cuda_driver_load(path) -> None, or why the CUDA driver cannot be used"},
     {"host_callback_calls", core_host_callback_calls, METH_NOARGS, NULL},
     {"kv_set_dispatch", core_kv_set_dispatch, METH_O, NULL},
     {"kv_callbacks", core_kv_callbacks, METH_NOARGS,

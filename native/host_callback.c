@@ -27,107 +27,15 @@
  * same base object (numpy collapses bases to the first non-array), so one
  * reference count per call detects every escape.
  *
- * Struct layouts are XLA FFI API 0.x's (see ffi.c): the call frame's prefix
- * and XLA_FFI_Api's prefix up to XLA_FFI_Error_Create have not changed since
- * the API was versioned. */
+ * That is the CPU handler (hc_handle), which uses XLA's buffers in place. On
+ * a GPU plugin they are device memory: the staged handler of
+ * host_callback_gpu.c copies them to host memory and back around the same
+ * hc_call().
+ *
+ * The call frame's layout is in host_callback.h; the attributes are read in
+ * host_callback_attrs.c. */
 
-enum {
-  HC_SLOTS = 256,
-  HC_MAX_TYPE = 64,
-  /* XLA_FFI_DataType (xla::PrimitiveType numbers) */
-  HC_PRED = 1,
-  HC_S8 = 2,
-  HC_S16 = 3,
-  HC_S32 = 4,
-  HC_S64 = 5,
-  HC_U8 = 6,
-  HC_U16 = 7,
-  HC_U32 = 8,
-  HC_U64 = 9,
-  HC_F32 = 11,
-  HC_F64 = 12,
-  HC_TOKEN = 17,
-  /* XLA_FFI_AttrType */
-  HC_ATTR_ARRAY = 1,
-  HC_ATTR_DICTIONARY = 2,
-  HC_ATTR_SCALAR = 3,
-  HC_ATTR_STRING = 4,
-  /* XLA_FFI_Error_Code */
-  HC_CANCELLED = 1,
-  HC_UNKNOWN = 2,
-  HC_INVALID_ARGUMENT = 3,
-  HC_NOT_FOUND = 5,
-  HC_FAILED_PRECONDITION = 9,
-  HC_UNAVAILABLE = 14,
-};
-
-typedef struct {
-  size_t struct_size;
-  ffi_ext_base* extension_start;
-  const char* message;
-  int errc;
-} hc_error_args;
-
-typedef struct {
-  size_t struct_size;
-  ffi_ext_base* extension_start;
-  ffi_api_version api_version;
-  void* internal_api;
-  void* (*error_create)(hc_error_args*);
-} hc_api;
-
-typedef struct {
-  size_t struct_size;
-  ffi_ext_base* extension_start;
-  int64_t size;
-  int* types; /* XLA_FFI_ArgType / RetType: 1 = buffer */
-  void** items;
-} hc_list;
-
-typedef struct {
-  const char* ptr;
-  size_t len;
-} hc_span;
-
-typedef struct {
-  size_t struct_size;
-  ffi_ext_base* extension_start;
-  int64_t size;
-  int* types;
-  hc_span** names;
-  void** attrs;
-} hc_attrs;
-
-typedef struct {
-  size_t struct_size;
-  ffi_ext_base* extension_start;
-  const hc_api* api;
-  void* ctx;
-  int stage;
-  hc_list args;
-  hc_list rets;
-  hc_attrs attrs;
-} hc_frame;
-
-typedef struct {
-  size_t struct_size;
-  ffi_ext_base* extension_start;
-  int dtype;
-  void* data;
-  int64_t rank;
-  int64_t* dims;
-} hc_buffer;
-
-typedef struct {
-  int dtype;
-  void* value;
-} hc_scalar;
-
-typedef struct {
-  int dtype;
-  size_t size;
-  void* data;
-} hc_array;
+#include "host_callback.h"
 
 typedef struct {
   PyObject* fn;   /* the function; NULL: free slot */
@@ -195,91 +103,6 @@ static void hc_fail_exception(hc_failure* f, PyObject* name, int code) {
 
 static PyObject* hc_descr(int dtype) {
   return dtype > 0 && dtype < HC_MAX_TYPE ? g_hc_dtype[dtype] : NULL;
-}
-
-/* ---- attributes ---------------------------------------------------------- */
-
-static PyObject* hc_attrs_dict(const hc_attrs* attrs, int depth);
-
-static PyObject* hc_scalar_value(const hc_scalar* s) {
-  const void* v = s->value;
-  switch (s->dtype) {
-    case HC_PRED: return PyBool_FromLong(*(const uint8_t*)v != 0);
-    case HC_S8: return PyLong_FromLong(*(const int8_t*)v);
-    case HC_S16: return PyLong_FromLong(*(const int16_t*)v);
-    case HC_S32: return PyLong_FromLong(*(const int32_t*)v);
-    case HC_S64: return PyLong_FromLongLong(*(const int64_t*)v);
-    case HC_U8: return PyLong_FromUnsignedLong(*(const uint8_t*)v);
-    case HC_U16: return PyLong_FromUnsignedLong(*(const uint16_t*)v);
-    case HC_U32: return PyLong_FromUnsignedLong(*(const uint32_t*)v);
-    case HC_U64: return PyLong_FromUnsignedLongLong(*(const uint64_t*)v);
-    case HC_F32: return PyFloat_FromDouble(*(const float*)v);
-    case HC_F64: return PyFloat_FromDouble(*(const double*)v);
-    default: break;
-  }
-  PyObject* descr = hc_descr(s->dtype);
-  if (descr == NULL)
-    return PyErr_Format(PyExc_TypeError, "an attribute has element type %d, which numpy lacks",
-                        s->dtype);
-  Py_INCREF(descr);
-  return PyArray_Scalar((void*)v, (PyArray_Descr*)descr, NULL);
-}
-
-static PyObject* hc_array_value(const hc_array* a) {
-  PyObject* descr = hc_descr(a->dtype);
-  if (descr == NULL)
-    return PyErr_Format(PyExc_TypeError, "an attribute has element type %d, which numpy lacks",
-                        a->dtype);
-  npy_intp size = (npy_intp)a->size;
-  Py_INCREF(descr);
-  PyObject* out = PyArray_NewFromDescr(&PyArray_Type, (PyArray_Descr*)descr, 1, &size, NULL,
-                                       NULL, 0, NULL);
-  if (out == NULL) return NULL;
-  if (size > 0) memcpy(PyArray_DATA((PyArrayObject*)out), a->data, (size_t)PyArray_NBYTES((PyArrayObject*)out));
-  PyArray_CLEARFLAGS((PyArrayObject*)out, NPY_ARRAY_WRITEABLE);
-  return out;
-}
-
-static PyObject* hc_attr_value(int type, void* attr, int depth) {
-  switch (type) {
-    case HC_ATTR_SCALAR: return hc_scalar_value((const hc_scalar*)attr);
-    case HC_ATTR_ARRAY: return hc_array_value((const hc_array*)attr);
-    case HC_ATTR_STRING: {
-      const hc_span* s = (const hc_span*)attr;
-      return PyUnicode_DecodeUTF8(s->ptr, (Py_ssize_t)s->len, "replace");
-    }
-    case HC_ATTR_DICTIONARY: return hc_attrs_dict((const hc_attrs*)attr, depth + 1);
-    default: return PyErr_Format(PyExc_TypeError, "an attribute of unknown kind %d", type);
-  }
-}
-
-static PyObject* hc_attrs_dict(const hc_attrs* attrs, int depth) {
-  if (depth > 32) return PyErr_Format(PyExc_ValueError, "attributes nested too deeply");
-  PyObject* out = PyDict_New();
-  for (int64_t i = 0; out != NULL && i < attrs->size; ++i) {
-    const hc_span* n = attrs->names[i];
-    PyObject* key = PyUnicode_DecodeUTF8(n->ptr, (Py_ssize_t)n->len, "replace");
-    PyObject* value = key ? hc_attr_value(attrs->types[i], attrs->attrs[i], depth) : NULL;
-    if (value == NULL || PyDict_SetItem(out, key, value) < 0) Py_CLEAR(out);
-    Py_XDECREF(key);
-    Py_XDECREF(value);
-  }
-  return out;
-}
-
-/* The `index` attribute jax's callbacks carry (slot 0): the route key. */
-static int hc_route_key(const hc_attrs* attrs, unsigned long long* key) {
-  for (int64_t i = 0; i < attrs->size; ++i) {
-    const hc_span* n = attrs->names[i];
-    if (attrs->types[i] != HC_ATTR_SCALAR || n->len != 5 || memcmp(n->ptr, "index", 5) != 0)
-      continue;
-    const hc_scalar* s = (const hc_scalar*)attrs->attrs[i];
-    if (s->dtype == HC_U64 || s->dtype == HC_S64) {
-      *key = *(const unsigned long long*)s->value;
-      return 0;
-    }
-  }
-  return -1;
 }
 
 /* ---- operands and results ------------------------------------------------ */
@@ -493,8 +316,9 @@ static void* hc_error(const hc_frame* frame, int code, const char* message) {
   return frame->api->error_create(&a);
 }
 
-static void* hc_handle(int slot, hc_frame* frame) {
-  if (ffi_answer_metadata(frame->extension_start)) return NULL;
+/* Runs the slot's function on `frame`, whose buffers are host memory: NULL,
+ * or the XLA FFI error that fails the execution. */
+static void* hc_call(int slot, const hc_frame* frame) {
   if (!gate_enter())
     return hc_error(frame, HC_UNAVAILABLE,
                     "pjrt_py: the interpreter is exiting; the host callback was not run");
@@ -517,21 +341,14 @@ static void* hc_handle(int slot, hc_frame* frame) {
   return error;
 }
 
-/* The trampolines: hc_t_XY passes slot 0xXY. */
-#define HC_T(x) \
-  static void* hc_t_##x(hc_frame* f) { return hc_handle(0x##x, f); }
-#define HC_T16(h)                                                                      \
-  HC_T(h##0) HC_T(h##1) HC_T(h##2) HC_T(h##3) HC_T(h##4) HC_T(h##5) HC_T(h##6) HC_T(h##7) \
-  HC_T(h##8) HC_T(h##9) HC_T(h##a) HC_T(h##b) HC_T(h##c) HC_T(h##d) HC_T(h##e) HC_T(h##f)
-HC_T16(0) HC_T16(1) HC_T16(2) HC_T16(3) HC_T16(4) HC_T16(5) HC_T16(6) HC_T16(7)
-HC_T16(8) HC_T16(9) HC_T16(a) HC_T16(b) HC_T16(c) HC_T16(d) HC_T16(e) HC_T16(f)
-#define HC_N(x) hc_t_##x,
-#define HC_N16(h)                                                                      \
-  HC_N(h##0) HC_N(h##1) HC_N(h##2) HC_N(h##3) HC_N(h##4) HC_N(h##5) HC_N(h##6) HC_N(h##7) \
-  HC_N(h##8) HC_N(h##9) HC_N(h##a) HC_N(h##b) HC_N(h##c) HC_N(h##d) HC_N(h##e) HC_N(h##f)
-static void* (*const hc_trampolines[HC_SLOTS])(hc_frame*) = {
-    HC_N16(0) HC_N16(1) HC_N16(2) HC_N16(3) HC_N16(4) HC_N16(5) HC_N16(6) HC_N16(7)
-    HC_N16(8) HC_N16(9) HC_N16(a) HC_N16(b) HC_N16(c) HC_N16(d) HC_N16(e) HC_N16(f)};
+/* The CPU handler: operands and results are host memory, used in place. */
+static void* hc_handle(int slot, hc_frame* frame) {
+  if (ffi_answer_metadata(frame->extension_start)) return NULL;
+  return hc_call(slot, frame);
+}
+
+HC_POOL(hc_t_, hc_handle)
+static void* (*const hc_trampolines[HC_SLOTS])(hc_frame*) = {HC_NAMES(hc_t_)};
 
 /* ---- Python entry points ------------------------------------------------- */
 

@@ -2,15 +2,20 @@
 in programs lowered by ``pjrt_py.jit``.
 
 jax lowers each callback to ``stablehlo.custom_call
-@xla_ffi_python_cpu_callback`` with an ``index`` attribute into the list of
+@xla_ffi_python_cpu_callback`` (``@xla_ffi_python_gpu_callback`` when it
+lowers for CUDA or ROCm; nothing else differs) with an ``index`` attribute
+into the list of
 Python callables it keeps beside the lowering, and its runtime hands that
 list to its own handler with each execution. pjrt_py rewrites the text
 instead (decided over attaching the list per execution, which needs PJRT
 execute contexts that not every plugin build has, and an FFI type id that
 must match jaxlib's):
 
-* the target becomes ``@pjrt_py_host_callback``, pjrt_py's router
-  (``native/host_callback.c``, slot 0);
+* either target becomes ``@pjrt_py_host_callback``, pjrt_py's router
+  (``native/host_callback.c``, slot 0), registered for the client's
+  platform: on CUDA its handler stages the buffers through host memory
+  (``native/host_callback_gpu.c``), so a program jax lowered for CPU or for
+  CUDA runs on either;
 * ``index = i`` becomes a key unique in this process, mapped to callable
   ``i`` while the program's executable lives. A key carries a random
   per-process salt, so an executable serialized and loaded elsewhere finds
@@ -36,7 +41,7 @@ from . import host_callback
 from .host_callback import ROUTER_TARGET
 from .mlir_text import read_main, wrap_main
 
-_JAX_TARGETS = re.compile(r"@xla_ffi(?:_partitioned)?_python_(cpu|gpu)_callback\(")
+_JAX_TARGETS = re.compile(r"@xla_ffi(?:_partitioned)?_python_(?:cpu|gpu)_callback\(")
 _INDEX = re.compile(r"mhlo\.backend_config = \{index = (\d+) : ui64\}")
 _EMPTY_CONFIG = re.compile(r'\bbackend_config = "", |, backend_config = ""(?=[,}])')
 _TOKEN = "!stablehlo.token"
@@ -72,8 +77,6 @@ def route_callbacks(text: str, routes: Routes) -> str:
         if m is None:
             out.append(line)
             continue
-        if m.group(1) != "cpu":
-            raise NotImplementedError("pjrt_py.jit runs jax's host callbacks on CPU only")
         # jax writes the FFI attributes as mhlo.backend_config beside an empty
         # backend_config; the plugins read a backend_config dictionary.
         head, rest = line[: m.start()], line[m.end() :]

@@ -22,9 +22,12 @@ Decisions (see docs/callbacks.md):
   ``client`` argument only names the plugin. Registering a name again
   replaces its function (pjrt_py owns that table), which is how a notebook
   redefines a callback.
-* **CPU only.** The handler reads operands and writes results through host
-  pointers; on a GPU plugin they are device memory. Other platforms get
-  ``UnsupportedError``.
+* **CPU and CUDA.** On CPU the handler reads operands and writes results in
+  place. On CUDA they are device memory: the handler copies the operands to
+  host memory on the call's stream, synchronizes, runs ``fn`` the same way,
+  and copies the results back (``native/host_callback_gpu.c``). The CUDA
+  driver is loaded with ``dlopen`` at the first CUDA registration; without
+  it, and on any other platform (ROCm included), ``UnsupportedError``.
 * **Operands are views**, read-only and valid during the call only
   (``copy=False``, the default: no copy, whatever the size). A view kept
   after the call would read memory XLA has reused, so keeping one (in a list,
@@ -136,27 +139,65 @@ def calls() -> int:
     return int(_core.host_callback_calls())
 
 
-def _cpu_client(client: Client | None, platform: str, what: str) -> Client:
+CUDA_DRIVER = "libcuda.so.1"
+# How a platform is spelled -> what pjrt_py runs callbacks on.
+_KINDS = {"cpu": "cpu", "host": "cpu", "cuda": "cuda", "gpu": "cuda", "rocm": "rocm"}
+
+
+def load_cuda_driver(path: str = CUDA_DRIVER) -> None:
+    """Load the CUDA driver API the GPU handler copies with (once per process).
+
+    Raises
+    ------
+    UnsupportedError
+        If ``path`` cannot be loaded or lacks an entry point pjrt_py uses.
+    """
+    why = _core.cuda_driver_load(path)
+    if why is not None:
+        raise UnsupportedError(f"Python host callbacks on CUDA need the CUDA driver: {why}")
+
+
+def _copier(client: Client | None, platform: str | None, what: str) -> tuple[Client, str]:
+    """The client to register with and how its handler reaches the buffers:
+    ``"direct"`` (CPU: in place) or ``"cuda"`` (staged through host memory)."""
     from .client import default_client
 
-    if not isinstance(platform, str):
+    if platform is not None and not isinstance(platform, str):
         raise TypeError(f"platform must be a str, got {type(platform).__name__}")
     client = default_client() if client is None else client
     client._check_open()
-    if platform.lower() not in ("cpu", "host") or client.platform_name.lower() != "cpu":
+    have = _KINDS.get(client.platform_name.lower())
+    want = have if platform is None else _KINDS.get(platform.lower())
+    if want is None or have is None or want == "rocm" or have == "rocm":
+        asked = "" if platform is None else f"asked for {platform!r} "
         raise UnsupportedError(
-            f"{what} run on CPU plugins only (asked for {platform!r} on a "
-            f"{client.platform_name!r} client): the handler reads operands and writes "
-            "results through host pointers"
+            f"{what} run on CPU and CUDA plugins ({asked}on a {client.platform_name!r} "
+            "client): on GPUs the handler copies through the CUDA driver API, which ROCm "
+            "does not have"
         )
-    return client
+    if want != have:
+        raise UnsupportedError(
+            f"{what} for {platform!r} need a client of that platform; this one is "
+            f"{client.platform_name!r} (registration goes to the client's plugin)"
+        )
+    if want == "cuda":
+        load_cuda_driver()
+    return client, "direct" if want == "cpu" else want
+
+
+def _set(slot: int, fn: Callable[..., Any] | None, name: str, copy: bool, copier: str) -> int:
+    """Put ``fn`` in ``slot``; the address of its handler for ``copier``."""
+    address = _core.host_callback_set(slot, fn, name, copy)
+    if copier == "direct":
+        return address
+    return _core.host_callback_staged(slot, name, copier)
 
 
 def register_callback(
     name: str,
     fn: Callable[..., Any],
     *,
-    platform: str = "cpu",
+    platform: str | None = None,
     client: Client | None = None,
     copy: bool = False,
 ) -> None:
@@ -170,8 +211,9 @@ def register_callback(
         Called as ``fn(*operands, **attributes)`` with numpy arrays; returns
         the result array (one result), a tuple or list of them, or anything
         (no results). Registering ``name`` again replaces the function.
-    platform : str
-        Only ``"cpu"``: see the module documentation.
+    platform : str, optional
+        ``"cpu"`` or ``"cuda"`` (``"gpu"``); the client's own if None. It must
+        be the client's: see the module documentation.
     client : Client, optional
         Names the plugin to register with (the default client's if None).
         Registration is process-wide.
@@ -182,7 +224,8 @@ def register_callback(
     Raises
     ------
     UnsupportedError
-        On a plugin that cannot run FFI targets, or a platform other than CPU.
+        On a plugin that cannot run FFI targets, a platform other than CPU
+        and CUDA or other than the client's, or CUDA without its driver.
     ValueError
         For a bad name, a name taken by a native handler
         (``register_ffi_target``), or when all of pjrt_py's callback
@@ -195,7 +238,13 @@ def register_callback(
         raise ValueError(f"{name!r} is not a custom-call target name pjrt_py can register")
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    client = _cpu_client(client, platform, "Python host callbacks")
+    client, copier = _copier(client, platform, "Python host callbacks")
+    _register(name, fn, client, bool(copy), copier)
+
+
+def _register(name: str, fn: Callable[..., Any], client: Client, copy: bool, copier: str) -> None:
+    """Bind ``name`` to ``fn`` on ``client``'s plugin with ``copier``'s handler
+    (tests use the ``"host"`` copiers to run the staged handler on CPU)."""
     with _lock:
         slot = _slots.get(name)
         if slot is None:
@@ -205,7 +254,7 @@ def register_callback(
                     f"pjrt_py has {_SLOTS - 1} host-callback targets and all are taken; "
                     "register fewer names (a name can be given a new function)"
                 )
-        address = _core.host_callback_set(slot, fn, name, bool(copy))
+        address = _set(slot, fn, name, copy, copier)
         try:
             register_ffi_target(name, address, client=client)
         except BaseException:
@@ -218,8 +267,8 @@ def register_callback(
 # -- jax's callbacks (pjrt_py.jit) ---------------------------------------------
 def install_router(client: Client) -> None:
     """Register the target jax's callbacks are rewritten to with ``client``'s plugin."""
-    client = _cpu_client(client, "cpu", "jax host callbacks through pjrt_py.jit")
-    address = _core.host_callback_set(0, None, ROUTER_TARGET, True)
+    client, copier = _copier(client, None, "jax host callbacks through pjrt_py.jit")
+    address = _set(0, None, ROUTER_TARGET, True, copier)
     register_ffi_target(ROUTER_TARGET, address, client=client)
 
 
