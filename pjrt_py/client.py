@@ -557,7 +557,7 @@ class Client(_core.ClientCore):
             disk.put(key, compiled.serialize(compiled.signature, key))
         return compiled
 
-    def deserialize(self, data: bytes) -> Executable:
+    def deserialize(self, data: bytes, *, raw: bool = False) -> Executable:
         """Load an executable from ``Executable.serialize()`` bytes.
 
         Parameters
@@ -566,6 +566,13 @@ class Client(_core.ClientCore):
             What ``Executable.serialize`` returned: the plugin's
             serialized executable, wrapped with the identity of the plugin
             build and devices that made it, and the program's signature.
+        raw : bool, optional
+            ``data`` is a plugin's own serialized executable instead: from
+            ``Executable.serialize(raw=True)``, another PJRT binding, jax's
+            ``compiled.runtime_executable().serialize()``, or the output of
+            ``jax.experimental.serialize_executable.serialize`` (read without
+            running pickle's code). The plugin parses the bytes itself: load
+            only bytes made by the same plugin build (``docs/aot.md``).
 
         Returns
         -------
@@ -581,10 +588,33 @@ class Client(_core.ClientCore):
         SerializationError
             If ``data`` is not such bytes, is damaged, or was made by a
             different plugin build or device set: checked before the plugin
-            sees anything.
+            sees anything. With ``raw``: if ``data`` is pjrt_py's own format,
+            or the plugin cannot load it (bytes of another platform or XLA
+            version, say), with the plugin's message.
         """
         self._check_open()
+        if not isinstance(raw, bool):
+            raise TypeError(f"raw must be True or False, got {raw!r}")
+        if raw:
+            return Executable(self._load_raw(serialization.raw_payload(data)))
         return Executable(self._load(data))
+
+    def _load_raw(self, payload: bytes) -> CompiledProgram:
+        try:
+            return self._loaded(
+                "PJRT_Executable_DeserializeAndLoad",
+                "loaded_executable",
+                None,
+                serialized_executable=ffi.from_buffer(payload),
+                serialized_executable_size=len(payload),
+            )
+        except PjrtError as e:
+            raise SerializationError(
+                f"the {self.platform_name} plugin (PJRT {self.plugin.api_version[0]}."
+                f"{self.plugin.api_version[1]}, {self.platform_version}) cannot load these "
+                f"{len(payload)} bytes; raw bytes load only into the plugin build that made "
+                f"them: {e}"
+            ) from e
 
     def _load(self, data: bytes) -> CompiledProgram:
         made_by, signature, payload = serialization.unpack(data)

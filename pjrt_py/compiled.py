@@ -239,15 +239,19 @@ class CompiledProgram:
             return None
         return MemoryStats(**{f: int(getattr(args, f)) for f in MemoryStats.__dataclass_fields__})
 
-    def serialize(self, signature: list[ArgSpec] | None, cache_key: str | None = None) -> bytes:
+    def serialize_raw(self) -> bytes:
+        """The plugin's own serialized executable (``PJRT_Executable_Serialize``)."""
         with self.client._pinned():  # also while PJRT's bytes are freed
             args = self.client.plugin.invoke("PJRT_Executable_Serialize", executable=self._exe_ptr)
             try:
-                payload = ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
+                payload: bytes = ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
             finally:
                 args.serialized_executable_deleter(args.serialized_executable)
+        return payload
+
+    def serialize(self, signature: list[ArgSpec] | None, cache_key: str | None = None) -> bytes:
         identity = serialization.plugin_identity(self.client)
-        return serialization.pack(identity, signature, payload, cache_key)
+        return serialization.pack(identity, signature, self.serialize_raw(), cache_key)
 
 
 def _read(reader: Callable[[bytes], _T], module: bytes) -> _T | None:

@@ -243,18 +243,26 @@ class Executable(_core.ExecutableCore):
         """
         return self._live().memory_analysis()
 
-    def serialize(self) -> bytes:
+    def serialize(self, *, raw: bool = False) -> bytes:
         """The compiled program as bytes, for ``Client.deserialize`` later.
 
         Only a client of the same plugin build and devices can load them (see
         ``pjrt_py.serialization``); the bytes carry a checksum and the
         parameter signature.
 
+        Parameters
+        ----------
+        raw : bool, optional
+            Return the plugin's own bytes (``PJRT_Executable_Serialize``),
+            without pjrt_py's envelope: what other PJRT bindings and
+            ``Client.deserialize(data, raw=True)`` load. They carry no
+            identity, checksum or signature (see ``docs/aot.md``).
+
         Returns
         -------
         bytes
             The plugin's serialized executable, wrapped with the plugin's
-            identity, the parameter signature and a checksum.
+            identity, the parameter signature and a checksum (unless ``raw``).
 
         Raises
         ------
@@ -263,7 +271,10 @@ class Executable(_core.ExecutableCore):
         ValueError
             If the executable has been deleted or its client closed.
         """
-        return self._live().serialize(self._signature)
+        if not isinstance(raw, bool):
+            raise TypeError(f"raw must be True or False, got {raw!r}")
+        program = self._live()
+        return program.serialize_raw() if raw else program.serialize(self._signature)
 
     # -- lifetime -------------------------------------------------------
     def _live(self) -> CompiledProgram:

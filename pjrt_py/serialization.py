@@ -23,6 +23,7 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import _hlo_proto
 from .dtypes import SUPPORTED
 from .errors import SerializationError
 from .program import ArgSpec
@@ -145,6 +146,85 @@ def unpack(data: bytes) -> tuple[dict[str, Any], list[ArgSpec] | None, memoryvie
     if not isinstance(identity, dict):
         raise SerializationError("serialized executable has a damaged header: identity")
     return identity, signature, payload
+
+
+def raw_payload(data: bytes) -> bytes:
+    """The plugin's bytes in ``data`` for ``Client.deserialize(data, raw=True)``.
+
+    Raw PJRT bytes are returned as they are. A pickle (what
+    ``jax.experimental.serialize_executable.serialize`` writes) is read with
+    an unpickler that makes no object and runs no code: jax stores the
+    executable as a persistent id ``("exec", bytes)``, which is all that is
+    taken from it. pjrt_py's own envelope is refused: it loads without ``raw``.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"expected bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if not data:
+        raise SerializationError("no bytes to load")
+    if data.startswith(MAGIC):
+        raise SerializationError(
+            "these are pjrt_py's own serialized bytes (Executable.serialize()): load them "
+            "with deserialize(data), without raw=True"
+        )
+    if data[:1] == b"\x80":  # a pickle protocol 2+ header
+        found = _jax_pickled_executable(data)
+        if found is not None:
+            data = found
+    return _without_ifrt_header(data)
+
+
+def _without_ifrt_header(data: bytes) -> bytes:
+    """The PJRT bytes inside jax's wrapper, or ``data`` if it has none.
+
+    jaxlib's runtime serializes a loaded executable as a length-prefixed
+    IFRT header (a message whose field 2 names the format, ``"pjrt_ifrt"``;
+    then devices, layouts, the name) followed by the plugin's own bytes.
+    """
+    try:
+        size, start = _hlo_proto.read_varint(data, 0)
+        header = data[start : start + size]
+        kind = dict(_hlo_proto.fields(header)).get(2) if start + size < len(data) else None
+    except _hlo_proto.ProtoError:
+        return data
+    return data[start + size :] if kind == b"pjrt_ifrt" else data
+
+
+class _Inert:
+    """What the unpickler makes of every class and call: nothing that runs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+    def __call__(self, *args: Any, **kwargs: Any) -> _Inert:
+        return _Inert()
+
+
+def _jax_pickled_executable(data: bytes) -> bytes | None:
+    """The ``("exec", bytes)`` persistent id of a jax executable pickle, or None."""
+    import io
+    import pickle
+
+    found: list[bytes] = []
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            return _Inert
+
+        def persistent_load(self, pid: Any) -> Any:
+            if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "exec":
+                if isinstance(pid[1], (bytes, bytearray)):
+                    found.append(bytes(pid[1]))
+            return _Inert()
+
+    try:
+        Reader(io.BytesIO(data)).load()
+    except Exception:
+        return None
+    return found[0] if len(found) == 1 else None
 
 
 def cache_key_of(data: bytes) -> str | None:
