@@ -16,6 +16,7 @@ from .compile_options import encode_compile_options
 from .device import Device
 from .dlpack import to_jax, to_torch
 from .dtypes import SUPPORTED as supported_dtypes
+from .dynamic import DynamicExecutable
 from .effects import effects_barrier, with_runtime_token
 from .errors import (
     AbortedError,
@@ -84,6 +85,7 @@ __all__ = [
     "DataLossError",
     "DeadlineExceededError",
     "Device",
+    "DynamicExecutable",
     "Executable",
     "FailedPreconditionError",
     "InternalError",

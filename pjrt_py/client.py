@@ -24,6 +24,7 @@ from .compile_options import (
 from .compiled import CompiledProgram
 from .device import Device
 from .dlpack import import_dlpack
+from .dynamic import DynamicExecutable, dynamic_signature
 from .errors import NotFoundError, PjrtError, SerializationError, UnsupportedError
 from .executable import Executable
 from .ffi import explain_compile_error
@@ -424,6 +425,23 @@ class Client(_core.ClientCore):
             program = bytes(program)
         if not isinstance(program, (str, bytes)):
             raise TypeError(f"program must be str (MLIR text) or bytes, got {type(program)}")
+        if isinstance(program, str) and "?" in program and dynamic_signature(program):
+            # Dynamic dimensions: compiled per call's shapes (pjrt_py.dynamic).
+            return DynamicExecutable(  # type: ignore[return-value]
+                self,
+                program,
+                dict(
+                    num_replicas=num_replicas,
+                    num_partitions=num_partitions,
+                    device_assignment=device_assignment,
+                    compile_options=compile_options,
+                    device=device,
+                    ordered=ordered,
+                    cache=cache,
+                    debug_options=debug_options,
+                    isolate=isolate,
+                ),
+            )
         if compile_options is None:
             options = options_for_program(
                 program,

@@ -359,6 +359,10 @@ class Main(NamedTuple):
     result_types: list[str]
 
 
+_TRAILING_LOC = re.compile(r"\s+loc\(.*\)\s*$", re.S)
+_MODULE_CLOSE = re.compile(r".*?(\}\s*(?:loc\(.*\))?)\s*$")  # a module's last line
+
+
 def read_main(program: str) -> Main | None:
     """``@main``'s declaration; None if there is no ``func.func @main``.
 
@@ -375,7 +379,8 @@ def read_main(program: str) -> Main | None:
         if head is None:
             raise ValueError(f"cannot read @main parameter {part!r}")
         names.append(head.group(1))
-        types.append(part[head.end() :].split("{", 1)[0].strip())
+        declared = part[head.end() :].split("{", 1)[0].strip()
+        types.append(_TRAILING_LOC.sub("", declared))  # jax's exports print loc(...)
     results, result_types = main_results(program, close + 1)
     return Main(start, paren, params, names, types, results, result_types)
 
@@ -417,9 +422,19 @@ def wrap_main(
         + "".join(f"    {line}\n" for line in (*prologue, call, ret))
         + "  }\n"
     )
-    stripped = renamed.rstrip()
-    if stripped.lstrip().startswith("module") and stripped.endswith("}"):
-        return stripped[:-1] + wrapper + "}\n"
+    # Location aliases (``#loc3 = loc(...)``, in jax's exports) stand around
+    # the module: the wrapper goes inside it, before its closing brace.
+    lines = renamed.rstrip().split("\n")
+    cut = len(lines)
+    while cut > 0 and (lines[cut - 1].startswith("#") or not lines[cut - 1].strip()):
+        cut -= 1
+    first = next((ln for ln in lines[:cut] if ln.strip() and not ln.startswith("#")), "")
+    close = _MODULE_CLOSE.fullmatch(lines[cut - 1]) if cut else None
+    if first.lstrip().startswith("module") and close is not None:
+        head = "\n".join(lines[: cut - 1])
+        head += "\n" + lines[cut - 1][: close.start(1)]  # text before the brace
+        closing = lines[cut - 1][close.start(1) :]
+        return head + wrapper + closing + "\n" + "\n".join(lines[cut:]) + "\n"
     return renamed + "\n" + wrapper
 
 

@@ -215,9 +215,9 @@ def _jax_pickled_executable(data: bytes) -> bytes | None:
             return _Inert
 
         def persistent_load(self, pid: Any) -> Any:
-            if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "exec":
-                if isinstance(pid[1], (bytes, bytearray)):
-                    found.append(bytes(pid[1]))
+            exec_bytes = isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "exec"
+            if exec_bytes and isinstance(pid[1], (bytes, bytearray)):
+                found.append(bytes(pid[1]))
             return _Inert()
 
     try:
