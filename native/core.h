@@ -164,6 +164,9 @@ static int state_check_usable(const pjrt_py_client* c, const char* what);
 static bool gate_enter(void);
 static void gate_leave(void);
 
+/* gate_call.c */
+static int gate_call(void (*fn)(void*), void* arg);
+
 /* dlpack.c */
 static void deferred_after_fork(void);
 

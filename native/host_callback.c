@@ -493,21 +493,30 @@ static void* hc_error(const hc_frame* frame, int code, const char* message) {
   return frame->api->error_create(&a);
 }
 
-static void* hc_handle(int slot, hc_frame* frame) {
-  if (ffi_answer_metadata(frame->extension_start)) return NULL;
-  if (!gate_enter())
-    return hc_error(frame, HC_UNAVAILABLE,
-                    "pjrt_py: the interpreter is exiting; the host callback was not run");
-  PyGILState_STATE gil = PyGILState_Ensure();
+typedef struct {
+  int slot;
+  hc_frame* frame;
+  hc_failure* failure;
+} hc_call;
+
+/* With the GIL (gate_call). */
+static void hc_enter(void* arg) {
+  hc_call* call = (hc_call*)arg;
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb); /* an inline call may come with an exception set */
-  hc_failure failure = {0, NULL};
   t_in_host_callback++;
-  hc_run(slot, frame, &failure);
+  hc_run(call->slot, call->frame, call->failure);
   t_in_host_callback--;
   PyErr_Restore(type, value, tb);
-  PyGILState_Release(gil);
-  gate_leave();
+}
+
+static void* hc_handle(int slot, hc_frame* frame) {
+  if (ffi_answer_metadata(frame->extension_start)) return NULL;
+  hc_failure failure = {0, NULL};
+  hc_call call = {slot, frame, &failure};
+  if (!gate_call(hc_enter, &call))
+    return hc_error(frame, HC_UNAVAILABLE,
+                    "pjrt_py: the interpreter is exiting; the host callback was not run");
   if (failure.message == NULL) {
     if (failure.code == 0) return NULL;
     return hc_error(frame, HC_UNKNOWN, "host callback failed (out of memory for its message)");
