@@ -126,7 +126,7 @@ static void* reaper_main(void* unused) {
     for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
       /* An effects_barrier() may hold a reference while it waits. */
       if (c->zombie && __atomic_load_n(&c->refs, __ATOMIC_RELAXED) == 0 &&
-          completion_running(c) == 0) {
+          completion_running(c) == 0 && transfers_in_flight(c) == 0) {
         done = c;
         break;
       }
@@ -166,12 +166,16 @@ static void reaper_adopt(pjrt_py_client* c) {
   pthread_mutex_unlock(&g_registry_mu);
 }
 
-/* Called by completion.c when an epoch empties: a zombie may be done. */
-static void reaper_poke(pjrt_py_client* c) {
-  if (!__atomic_load_n(&c->zombie, __ATOMIC_ACQUIRE)) return;
+/* A zombie may be done; touches no client. */
+static void reaper_wake(void) {
   pthread_mutex_lock(&g_registry_mu);
   pthread_cond_broadcast(&g_registry_cv);
   pthread_mutex_unlock(&g_registry_mu);
+}
+
+/* Called by completion.c when an epoch empties: a zombie may be done. */
+static void reaper_poke(pjrt_py_client* c) {
+  if (__atomic_load_n(&c->zombie, __ATOMIC_ACQUIRE)) reaper_wake();
 }
 
 /* ---- fork -------------------------------------------------------------------- */
@@ -209,13 +213,14 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Whether every client is idle: nothing running, no call in flight, the
- * reaper not busy. Caller holds g_registry_mu. */
+/* Whether every client is idle: nothing running, no copy or call in
+ * flight, the reaper not busy. Caller holds g_registry_mu. */
 static bool registry_idle_locked(void) {
   if (g_reaping) return false;
   for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
     if (c->client == NULL) continue;
-    if (completion_running(c) != 0 || __atomic_load_n(&c->calls, __ATOMIC_RELAXED) != 0)
+    if (completion_running(c) != 0 || transfers_in_flight(c) != 0 ||
+        __atomic_load_n(&c->calls, __ATOMIC_RELAXED) != 0)
       return false;
   }
   return true;
@@ -297,16 +302,18 @@ static PyObject* core_exit_sequence(PyObject* self, PyObject* arg) {
   for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
     if (c->client == NULL) continue;
     long running = completion_running(c);
+    long copies = transfers_in_flight(c);
     long calls = __atomic_load_n(&c->calls, __ATOMIC_RELAXED);
     /* A callback still inside Python could be on a thread the plugin
      * would join while this thread holds the GIL: destroy nothing then. */
-    if (running != 0 || calls != 0 || (g_reaping && c->zombie) || callbacks_stuck) {
+    if (running != 0 || copies != 0 || calls != 0 || (g_reaping && c->zombie) ||
+        callbacks_stuck) {
       skipped++;
       fprintf(stderr,
-              "pjrt_py: at exit, a client still had %ld execution(s) running and %ld call(s) "
-              "in flight after %.3g s; it is left to the process exit, not destroyed "
-              "(set PJRT_PY_EXIT_TIMEOUT to wait longer)\n",
-              running, calls, timeout);
+              "pjrt_py: at exit, a client still had %ld execution(s) running, %ld copies "
+              "and %ld call(s) in flight after %.3g s; it is left to the process exit, not "
+              "destroyed (set PJRT_PY_EXIT_TIMEOUT to wait longer)\n",
+              running, copies, calls, timeout);
       continue;
     }
     client_destroy_pjrt(c);
