@@ -30,6 +30,10 @@ import numpy as np
 import pjrt_py
 from pjrt_py import _core, kv
 
+# What a case leaves alive to the end: collected only when Python finalizes,
+# after the exit sequence (the path a module-level result takes).
+KEEP: list[Any] = []
+
 N = 768  # matmul size: some 10 ms per step on one core
 
 
@@ -69,6 +73,8 @@ def executions(rep: int, chain: bytes, shim: str) -> None:
     pending = [exe.execute_async(x) for _ in range(4)]
     if rep % 3 == 0:
         pending[-1].add_done_callback(lambda p: None)
+    if rep % 2:
+        KEEP.extend(pending)
 
 
 def callback(rep: int, chain: bytes, shim: str) -> None:
@@ -100,6 +106,8 @@ def transfer(rep: int, chain: bytes, shim: str) -> None:
     arrays = [out.to_numpy_async(), staged.to_numpy_async()]
     if rep % 2:
         arrays[0].add_done_callback(lambda p: None)
+    if rep % 4 < 2:
+        KEEP.extend(arrays)  # else dropped now, their copies still running
 
 
 class SlowStore(kv.InMemoryStore):
