@@ -24,6 +24,7 @@
 #include "callbacks.c"
 #include "promise_types.c"
 #include "loaded.c"
+#include "admission.c"
 #include "foreign.c"
 #include "ffi.c"
 #include "host_callback.c"
