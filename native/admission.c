@@ -4,9 +4,10 @@
  * and makes a dispatch beyond it wait, inside PJRT_LoadedExecutable_Execute,
  * for one of them to finish. A dispatch from a host callback that waits there
  * may wait for itself: the slots are held by executions that cannot finish
- * while their callbacks wait (its own, and those queued behind it). Measured:
+ * while their callbacks wait (its own, and those queued behind it). Reported:
  * with 33 or more executions of a program queued on one device, a callback
- * of it that dispatched froze the process; with 31, it was fine.
+ * of it that dispatched froze the process; with 31, it was fine. Reproduced
+ * with 64 queued (frozen every time; tests/test_callback_dispatch.py).
  *
  * So a dispatch from inside a host callback is refused, with RuntimeError,
  * when it could wait: when the client's executions not yet complete plus its
@@ -18,7 +19,7 @@
  *
  * The limit, measured on all three CPU builds (PJRT 0.81, 0.106, 0.115): the
  * 33rd dispatch of a program whose callback blocks waits, the 32nd returns
- * (tests/test_host_callbacks_dispatch.py). XLA's CPU client option
+ * (tests/test_callback_dispatch.py). XLA's CPU client option
  * max_inflight_computations_per_device has 32 as its default, and the C API
  * does not report it.
  */
