@@ -66,19 +66,20 @@ static void promise_notified(PromiseObject* p) {
   if (--p->watching == 0) promise_fire(p, 0);
 }
 
+/* With the GIL. */
+static void watch_notify(void* arg) {
+  watch_record* r = (watch_record*)arg;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb); /* the callback may fire inside a call with one set */
+  promise_notified(r->p);
+  Py_DECREF(r->p);
+  PyErr_Restore(type, value, tb);
+}
+
 static void watch_fired(PJRT_Error* error, void* arg) {
   watch_record* r = (watch_record*)arg;
   error_destroy(r->api, error); /* ours; the status is read through PJRT_Event_Error */
-  if (gate_enter()) {
-    PyGILState_STATE gil = PyGILState_Ensure();
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb); /* the callback may fire inside a call with one set */
-    promise_notified(r->p);
-    Py_DECREF(r->p);
-    PyErr_Restore(type, value, tb);
-    PyGILState_Release(gil);
-    gate_leave();
-  } /* else exiting: the promise is leaked, never touched */
+  gate_call(watch_notify, r); /* exiting: the promise is leaked, never touched */
   free(r);
 }
 

@@ -6,9 +6,10 @@
  * the GIL, only read them, under the registry lock, and an effects_barrier()
  * takes its references under that lock too. The last owner destroys the
  * PJRT client with the GIL released: the plugin joins its threads, and one of
- * them may be waiting for the GIL to run a promise callback. If executions are
- * still running then, destroying would wait for them, perhaps forever: the
- * client goes to the reaper instead (state.c).
+ * them may be waiting for the GIL to run a promise callback. If executions or
+ * copies are still running then, destroying would wait for them, perhaps
+ * forever, or pull the plugin's work runner from under them: the client goes
+ * to the reaper instead (state.c).
  */
 #include <stdlib.h>
 
@@ -47,10 +48,10 @@ static void client_destroy_pjrt(pjrt_py_client* c) {
   if (kv != NULL) run_with_gil(kv_holder_release, kv);
 }
 
-/* Frees the struct, unless an execution is still counted (its callback would
- * touch the epochs): then it is leaked. Not in the registry any more. */
+/* Frees the struct, unless an execution or a copy is still counted (its
+ * callback would touch it): then it is leaked. Not in the registry any more. */
 static void client_free(pjrt_py_client* c) {
-  if (completion_running(c) != 0) return;
+  if (completion_running(c) != 0 || transfers_in_flight(c) != 0) return;
   while (c->oldest != NULL) {
     pjrt_py_epoch* e = c->oldest;
     c->oldest = e->next;
@@ -72,6 +73,7 @@ static void client_unref(pjrt_py_client* c) {
    * zombie; executions still run (destroying would wait for them); or this
    * is a PJRT thread, inside a callback (the plugin would join itself). */
   if (__atomic_load_n(&c->zombie, __ATOMIC_ACQUIRE) || completion_running(c) != 0 ||
+      transfers_in_flight(c) != 0 ||
       t_in_callback > 0) {
     reaper_adopt(c);
     return;

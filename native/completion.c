@@ -20,6 +20,7 @@ typedef struct {
 } running_record;
 
 static void reaper_poke(pjrt_py_client* c); /* state.c */
+static void reaper_wake(void);
 
 /* Frees the empty closed epochs at the head. Caller holds c->mu. */
 static void epochs_trim(pjrt_py_client* c) {
@@ -78,6 +79,38 @@ static void completion_track(pjrt_py_client* c, PJRT_Event* event) {
   if (error != NULL) { /* no callback will come */
     error_destroy(c->api, error);
     completion_done(r);
+  }
+}
+
+/* ---- copies in flight ------------------------------------------------------ */
+
+/* Host-to-device and device-to-host copies are counted per client until
+ * their event fires, so that neither the exit sequence nor the reaper
+ * destroys a client under one: the CPU plugin's client destructor tears down
+ * the work runner a device-to-host copy is still running on (SIGSEGV in
+ * CpuRawBuffer::CopyToLiteralAsync, 3 exits in 50 with a to_numpy_async in
+ * flight). Not part of effects_barrier(), which waits for executions. */
+
+static long transfers_in_flight(pjrt_py_client* c) {
+  return __atomic_load_n(&c->transfers, __ATOMIC_ACQUIRE);
+}
+
+static void transfer_fired(PJRT_Error* error, void* user_arg) {
+  pjrt_py_client* c = (pjrt_py_client*)user_arg;
+  error_destroy(c->api, error); /* the copy's outcome is read through its own event */
+  /* From here on c may be freed (by its last owner or the reaper). */
+  if (__atomic_sub_fetch(&c->transfers, 1, __ATOMIC_ACQ_REL) == 0) reaper_wake();
+}
+
+/* Counts one copy until `event` is ready. Does not take the event. Needs no
+ * GIL. */
+static void transfer_track(pjrt_py_client* c, PJRT_Event* event) {
+  if (event == NULL || event_is_ready(c->api, event)) return;
+  __atomic_add_fetch(&c->transfers, 1, __ATOMIC_ACQ_REL);
+  PJRT_Error* error = event_on_ready(c->api, event, transfer_fired, c);
+  if (error != NULL) { /* no callback will come */
+    error_destroy(c->api, error);
+    __atomic_sub_fetch(&c->transfers, 1, __ATOMIC_ACQ_REL);
   }
 }
 

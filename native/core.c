@@ -12,6 +12,7 @@
 #include "errors.c"
 #include "events.c"
 #include "state.c"
+#include "gate_call.c"
 #include "completion.c"
 #include "client_ref.c"
 #include "host.c"
@@ -24,6 +25,7 @@
 #include "callbacks.c"
 #include "promise_types.c"
 #include "loaded.c"
+#include "admission.c"
 #include "foreign.c"
 #include "ffi.c"
 #include "host_callback_attrs.c"
@@ -171,6 +173,8 @@ PyMODINIT_FUNC PyInit__core(void) {
     goto fail;
   if (!(TensorType = make_type(module, &tensor_spec, NULL, "DLPackTensor"))) goto fail;
   if (!(ClientCoreType = make_type(module, &client_core_spec, NULL, "ClientCore"))) goto fail;
+  static int at_exit_hooked = 0; /* a module made again (a subinterpreter) hooks once */
+  if (!at_exit_hooked && Py_AtExit(python_finalized) == 0) at_exit_hooked = 1;
   return module;
 fail:
   Py_DECREF(module);

@@ -64,6 +64,7 @@ typedef struct pjrt_py_client {
   PJRT_Client* client; /* NULL once destroyed */
   long refs;           /* owners (see above); the last one destroys. Changed with the GIL */
   long calls;          /* PJRT calls in flight without the GIL. Changed with the GIL */
+  long transfers;      /* host<->device copies in flight (completion.c). Atomic */
   int closed;          /* close() ran: new work is refused */
   int cpu;             /* platform "cpu": CPU-only fast paths apply */
   int zombie;          /* no owner left but executions still run: the reaper ends it */
@@ -164,6 +165,9 @@ static int state_check_usable(const pjrt_py_client* c, const char* what);
 static bool gate_enter(void);
 static void gate_leave(void);
 
+/* gate_call.c */
+static int gate_call(void (*fn)(void*), void* arg);
+
 /* dlpack.c */
 static void deferred_after_fork(void);
 
@@ -192,6 +196,8 @@ static void release_on_ready(const PJRT_Api* api, PJRT_Event* event, PyObject* k
 /* completion.c */
 static void completion_track(pjrt_py_client* c, PJRT_Event* event);
 static long completion_running(pjrt_py_client* c);
+static void transfer_track(pjrt_py_client* c, PJRT_Event* event);
+static long transfers_in_flight(pjrt_py_client* c);
 
 /* host.c */
 static PyObject* meta_intern(PyObject* meta);

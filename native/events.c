@@ -242,15 +242,12 @@ static pthread_mutex_t g_release_mu = PTHREAD_MUTEX_INITIALIZER;
 static release_record* g_released = NULL; /* fired: their events await destruction */
 static long g_holds = 0;                  /* records whose callback has not run */
 
+static void release_drop(void* arg) { Py_CLEAR(((release_record*)arg)->keep); }
+
 static void release_fired(PJRT_Error* error, void* arg) {
   release_record* r = (release_record*)arg;
   error_destroy(r->api, error); /* ours to free */
-  if (gate_enter()) {
-    PyGILState_STATE gil = PyGILState_Ensure();
-    Py_CLEAR(r->keep);
-    PyGILState_Release(gil);
-    gate_leave();
-  }
+  gate_call(release_drop, r); /* exiting: the reference is simply kept */
   pthread_mutex_lock(&g_release_mu);
   g_holds--;
   r->next = g_released;

@@ -147,6 +147,7 @@ static int run_pinned(ExecutableCoreObject* self, BufferObject** args, size_t n_
   }
   size_t total = n_dev * n_args, pinned = 0;
   int result = -1;
+  if (dispatch_admit(loaded->c) < 0) return -1; /* inside a host callback (admission.c) */
   if (checked) {
     client_enter_checked(loaded->c);
   } else if (client_enter(loaded->c, "executable") < 0) {

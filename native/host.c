@@ -194,6 +194,8 @@ static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArray
   if (b == NULL) return NULL; /* buffer_wrap freed the PJRT buffer */
   b->host_aliased = (unsigned char)host_aliased;
   b->row_major = 1; /* no device_layout asked for: the default, row-major */
+  /* An alias's event fires when the buffer is freed: not a copy to wait for. */
+  if (!host_aliased) transfer_track(c, args.done_with_host_buffer);
   release_on_ready(c->api, args.done_with_host_buffer, (PyObject*)array);
   return b;
 }
@@ -379,6 +381,9 @@ static PJRT_Error* buffer_to_host(BufferObject* b, void* dst, size_t size, size_
   args.dst = dst;
   args.dst_size = size;
   PJRT_Error* error = b->c->api->PJRT_Buffer_ToHostBuffer(&args);
-  if (error == NULL) *done = args.event;
+  if (error == NULL) {
+    *done = args.event;
+    transfer_track(b->c, args.event);
+  }
   return error;
 }

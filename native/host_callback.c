@@ -316,22 +316,31 @@ static void* hc_error(const hc_frame* frame, int code, const char* message) {
   return frame->api->error_create(&a);
 }
 
+typedef struct {
+  int slot;
+  const hc_frame* frame;
+  hc_failure* failure;
+} hc_call_args;
+
+/* With the GIL (gate_call). */
+static void hc_enter(void* arg) {
+  hc_call_args* call = (hc_call_args*)arg;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb); /* an inline call may come with an exception set */
+  t_in_host_callback++;
+  hc_run(call->slot, call->frame, call->failure);
+  t_in_host_callback--;
+  PyErr_Restore(type, value, tb);
+}
+
 /* Runs the slot's function on `frame`, whose buffers are host memory: NULL,
  * or the XLA FFI error that fails the execution. */
 static void* hc_call(int slot, const hc_frame* frame) {
-  if (!gate_enter())
+  hc_failure failure = {0, NULL};
+  hc_call_args call = {slot, frame, &failure};
+  if (!gate_call(hc_enter, &call))
     return hc_error(frame, HC_UNAVAILABLE,
                     "pjrt_py: the interpreter is exiting; the host callback was not run");
-  PyGILState_STATE gil = PyGILState_Ensure();
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb); /* an inline call may come with an exception set */
-  hc_failure failure = {0, NULL};
-  t_in_host_callback++;
-  hc_run(slot, frame, &failure);
-  t_in_host_callback--;
-  PyErr_Restore(type, value, tb);
-  PyGILState_Release(gil);
-  gate_leave();
   if (failure.message == NULL) {
     if (failure.code == 0) return NULL;
     return hc_error(frame, HC_UNKNOWN, "host callback failed (out of memory for its message)");

@@ -40,28 +40,37 @@ static PJRT_Error* kv_fail(PJRT_CallbackError* make, PJRT_Error_Code code, const
 
 #define KV_FAIL(make, code, literal) kv_fail((make), (code), (literal), sizeof(literal) - 1)
 
-/* One callback: the store's answer, or a PJRT error. *out / *out_size get a
- * malloc'd value for get and try_get. */
-static PJRT_Error* kv_run(void* user_arg, PJRT_CallbackError* make, int op, const char* key,
-                          size_t key_size, const char* value, size_t value_size, int timeout_ms,
-                          char** out, size_t* out_size) {
-  kv_holder* h = (kv_holder*)user_arg;
-  if (h == NULL) return KV_FAIL(make, PJRT_Error_Code_INTERNAL, "pjrt_py: no key-value store");
-  if (!gate_enter())
-    return KV_FAIL(make, PJRT_Error_Code_UNAVAILABLE,
-                   "pjrt_py: the interpreter is exiting; the key-value store is closed");
-  PyGILState_STATE gil = PyGILState_Ensure();
+/* One callback's arguments and answer. */
+typedef struct {
+  kv_holder* h;
+  PJRT_CallbackError* make;
+  int op;
+  const char* key;
+  size_t key_size;
+  const char* value;
+  size_t value_size;
+  int timeout_ms;
+  char** out;
+  size_t* out_size;
+  PJRT_Error* error;
+} kv_call;
+
+/* Asks the store, with the GIL (gate_call). */
+static void kv_ask(void* arg) {
+  kv_call* q = (kv_call*)arg;
+  PJRT_CallbackError* make = q->make;
+  int op = q->op;
   PyObject *type, *exc, *tb;
   PyErr_Fetch(&type, &exc, &tb); /* a call inline in client creation may have one set */
   PJRT_Error* error = NULL;
-  PyObject* k = PyBytes_FromStringAndSize(key, (Py_ssize_t)key_size);
-  PyObject* arg = op == KV_PUT ? PyBytes_FromStringAndSize(value, (Py_ssize_t)value_size)
-                               : PyLong_FromLong(timeout_ms);
+  PyObject* k = PyBytes_FromStringAndSize(q->key, (Py_ssize_t)q->key_size);
+  PyObject* operand = op == KV_PUT ? PyBytes_FromStringAndSize(q->value, (Py_ssize_t)q->value_size)
+                                : PyLong_FromLong(q->timeout_ms);
   PyObject* answer = NULL;
-  if (k != NULL && arg != NULL && g_kv_dispatch != NULL && h->store != NULL)
-    answer = PyObject_CallFunction(g_kv_dispatch, "OiOO", h->store, op, k, arg);
+  if (k != NULL && operand != NULL && g_kv_dispatch != NULL && q->h->store != NULL)
+    answer = PyObject_CallFunction(g_kv_dispatch, "OiOO", q->h->store, op, k, operand);
   Py_XDECREF(k);
-  Py_XDECREF(arg);
+  Py_XDECREF(operand);
   long code = -1;
   int interrupted = 0;
   PyObject* payload = NULL;
@@ -74,10 +83,10 @@ static PJRT_Error* kv_run(void* user_arg, PJRT_CallbackError* make, int op, cons
     char* data = NULL;
     Py_ssize_t size = -1;
     if (payload != NULL && PyBytes_Check(payload) && PyBytes_AsStringAndSize(payload, &data, &size) == 0) {
-      *out = (char*)malloc(size > 0 ? (size_t)size : 1);
-      if (*out != NULL) {
-        memcpy(*out, data, (size_t)size);
-        *out_size = (size_t)size;
+      *q->out = (char*)malloc(size > 0 ? (size_t)size : 1);
+      if (*q->out != NULL) {
+        memcpy(*q->out, data, (size_t)size);
+        *q->out_size = (size_t)size;
       } else {
         error = KV_FAIL(make, PJRT_Error_Code_RESOURCE_EXHAUSTED, "pjrt_py: no memory for a value");
       }
@@ -97,9 +106,21 @@ static PJRT_Error* kv_run(void* user_arg, PJRT_CallbackError* make, int op, cons
   __atomic_add_fetch(&g_kv_calls, 1, __ATOMIC_RELAXED);
   PyErr_Restore(type, exc, tb);
   if (interrupted) PyErr_SetInterrupt(); /* Ctrl-C reaches the main thread */
-  PyGILState_Release(gil);
-  gate_leave();
-  return error;
+  q->error = error;
+}
+
+/* One callback: the store's answer, or a PJRT error. *out / *out_size get a
+ * malloc'd value for get and try_get. */
+static PJRT_Error* kv_run(void* user_arg, PJRT_CallbackError* make, int op, const char* key,
+                          size_t key_size, const char* value, size_t value_size, int timeout_ms,
+                          char** out, size_t* out_size) {
+  kv_holder* h = (kv_holder*)user_arg;
+  if (h == NULL) return KV_FAIL(make, PJRT_Error_Code_INTERNAL, "pjrt_py: no key-value store");
+  kv_call q = {h, make, op, key, key_size, value, value_size, timeout_ms, out, out_size, NULL};
+  if (!gate_call(kv_ask, &q))
+    return KV_FAIL(make, PJRT_Error_Code_UNAVAILABLE,
+                   "pjrt_py: the interpreter is exiting; the key-value store is closed");
+  return q.error;
 }
 
 static void kv_free_value(char* value) { free(value); }

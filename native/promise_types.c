@@ -59,6 +59,9 @@ static void promise_dealloc(PromiseObject* p) {
       }
     }
     PyMem_Free(p->events);
+    /* After exit a copy left running may still write the array, and nothing
+     * will say when it is done: the array is never freed. */
+    if (!allowed && p->kind == PROMISE_ARRAY && !p->done) p->array = NULL;
   }
   if (p->raw != NULL && state_pjrt_allowed(p->c)) {
     buffer_handle_destroy(p->api, p->raw);

@@ -29,6 +29,7 @@ enum { PHASE_RUNNING = 0, PHASE_EXITING = 1, PHASE_FINISHED = 2 };
 
 static unsigned long g_generation = 1;
 static int g_phase = PHASE_RUNNING;
+static int g_python_gone = 0; /* Python has finalized (python_finalized) */
 
 static pthread_mutex_t g_registry_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_registry_cv = PTHREAD_COND_INITIALIZER; /* a zombie may be done */
@@ -125,7 +126,7 @@ static void* reaper_main(void* unused) {
     for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
       /* An effects_barrier() may hold a reference while it waits. */
       if (c->zombie && __atomic_load_n(&c->refs, __ATOMIC_RELAXED) == 0 &&
-          completion_running(c) == 0) {
+          completion_running(c) == 0 && transfers_in_flight(c) == 0) {
         done = c;
         break;
       }
@@ -165,12 +166,16 @@ static void reaper_adopt(pjrt_py_client* c) {
   pthread_mutex_unlock(&g_registry_mu);
 }
 
-/* Called by completion.c when an epoch empties: a zombie may be done. */
-static void reaper_poke(pjrt_py_client* c) {
-  if (!__atomic_load_n(&c->zombie, __ATOMIC_ACQUIRE)) return;
+/* A zombie may be done; touches no client. */
+static void reaper_wake(void) {
   pthread_mutex_lock(&g_registry_mu);
   pthread_cond_broadcast(&g_registry_cv);
   pthread_mutex_unlock(&g_registry_mu);
+}
+
+/* Called by completion.c when an epoch empties: a zombie may be done. */
+static void reaper_poke(pjrt_py_client* c) {
+  if (__atomic_load_n(&c->zombie, __ATOMIC_ACQUIRE)) reaper_wake();
 }
 
 /* ---- fork -------------------------------------------------------------------- */
@@ -208,13 +213,14 @@ static double now_seconds(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* Whether every client is idle: nothing running, no call in flight, the
- * reaper not busy. Caller holds g_registry_mu. */
+/* Whether every client is idle: nothing running, no copy or call in
+ * flight, the reaper not busy. Caller holds g_registry_mu. */
 static bool registry_idle_locked(void) {
   if (g_reaping) return false;
   for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
     if (c->client == NULL) continue;
-    if (completion_running(c) != 0 || __atomic_load_n(&c->calls, __ATOMIC_RELAXED) != 0)
+    if (completion_running(c) != 0 || transfers_in_flight(c) != 0 ||
+        __atomic_load_n(&c->calls, __ATOMIC_RELAXED) != 0)
       return false;
   }
   return true;
@@ -230,6 +236,21 @@ static void quick_exit_handler(int status, void* unused) {
   (void)unused;
   fflush(NULL);
   _exit(status);
+}
+
+static int g_left_running = 0; /* the exit sequence left a client undestroyed */
+
+/* Py_AtExit: the very end of Python's finalization, just before exit().
+ * exit() runs its handlers newest first, and a plugin thread still running
+ * registers static destructors as it goes (a function-local static made on
+ * first use: oneDNN's JIT kernels, seen freeing code other threads ran in 3
+ * exits of 60). Registering the handler again here makes it the newest one
+ * but for what a thread registers in the few microseconds left. */
+static void python_finalized(void) {
+  __atomic_store_n(&g_python_gone, 1, __ATOMIC_RELEASE);
+#ifdef __GLIBC__
+  if (__atomic_load_n(&g_left_running, __ATOMIC_ACQUIRE)) on_exit(quick_exit_handler, NULL);
+#endif
 }
 
 /* exit_sequence(timeout) -> number of clients left undestroyed. */
@@ -275,22 +296,24 @@ static PyObject* core_exit_sequence(PyObject* self, PyObject* arg) {
    * of them waits for the GIL while the plugin joins it. */
   long skipped = 0;
   if (callbacks_stuck)
-    fprintf(stderr, "pjrt_py: at exit, %d promise callback(s) were still running after %.3g s\n",
+    fprintf(stderr, "pjrt_py: at exit, %d callback(s) were still running Python after %.3g s\n",
             callbacks_stuck, timeout);
   pthread_mutex_lock(&g_registry_mu);
   for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
     if (c->client == NULL) continue;
     long running = completion_running(c);
+    long copies = transfers_in_flight(c);
     long calls = __atomic_load_n(&c->calls, __ATOMIC_RELAXED);
     /* A callback still inside Python could be on a thread the plugin
      * would join while this thread holds the GIL: destroy nothing then. */
-    if (running != 0 || calls != 0 || (g_reaping && c->zombie) || callbacks_stuck) {
+    if (running != 0 || copies != 0 || calls != 0 || (g_reaping && c->zombie) ||
+        callbacks_stuck) {
       skipped++;
       fprintf(stderr,
-              "pjrt_py: at exit, a client still had %ld execution(s) running and %ld call(s) "
-              "in flight after %.3g s; it is left to the process exit, not destroyed "
-              "(set PJRT_PY_EXIT_TIMEOUT to wait longer)\n",
-              running, calls, timeout);
+              "pjrt_py: at exit, a client still had %ld execution(s) running, %ld copies "
+              "and %ld call(s) in flight after %.3g s; it is left to the process exit, not "
+              "destroyed (set PJRT_PY_EXIT_TIMEOUT to wait longer)\n",
+              running, copies, calls, timeout);
       continue;
     }
     client_destroy_pjrt(c);
@@ -299,7 +322,10 @@ static PyObject* core_exit_sequence(PyObject* self, PyObject* arg) {
   pthread_cond_broadcast(&g_registry_cv); /* the reaper ends */
   pthread_mutex_unlock(&g_registry_mu);
 #ifdef __GLIBC__
-  if (skipped) on_exit(quick_exit_handler, NULL);
+  if (skipped) {
+    __atomic_store_n(&g_left_running, 1, __ATOMIC_RELEASE);
+    on_exit(quick_exit_handler, NULL); /* in case Py_AtExit was refused */
+  }
 #endif
   fflush(stderr);
   return PyLong_FromLong(skipped);

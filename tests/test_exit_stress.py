@@ -1,0 +1,110 @@
+"""Interpreter exit wherever work is: executions, a host callback running
+Python, transfers and a key-value call in flight, each exit repeated many
+times while a second driver loads the machine (tests/exit_cases.py). Every
+exit must end with the status the program chose, no signal, in time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import build_so
+
+# A plugin thread calling the key-value store's put, again and again.
+SHIM = r"""
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "pjrt_c_api.h"
+
+static PJRT_Error* make_error(PJRT_Error_Code code, const char* message, size_t size) {
+  (void)code; (void)message; (void)size;
+  return (PJRT_Error*)malloc(1);
+}
+static PJRT_CallbackError make = make_error;
+
+typedef struct { PJRT_KeyValuePutCallback put; void* arg; } job;
+
+static void* run(void* p) {
+  job* j = (job*)p;
+  for (;;) {
+    PJRT_KeyValuePutCallback_Args a;
+    memset(&a, 0, sizeof(a));
+    a.struct_size = sizeof(a);
+    a.key = "k"; a.key_size = 1; a.value = "v"; a.value_size = 1;
+    a.callback_error = &make; a.user_arg = j->arg;
+    PJRT_Error* error = j->put(&a);
+    if (error != NULL) {
+      free(error);
+      struct timespec pause = {0, 1000000};
+      nanosleep(&pause, NULL);
+    }
+  }
+  return NULL;
+}
+
+int start_putting(void* put, void* arg) {
+  job* j = (job*)malloc(sizeof(job));
+  j->put = (PJRT_KeyValuePutCallback)put;
+  j->arg = arg;
+  pthread_t thread;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  int rc = pthread_create(&thread, &attr, run, j);
+  pthread_attr_destroy(&attr);
+  return rc;
+}
+"""
+
+# Exits per case and driver; two drivers run at once. The default build
+# ("cpu": fastatomstruct-xla-cpu) runs 2 x 25 = 50 of each; the other two
+# builds, which CI runs the whole suite on as well, 2 x 10.
+DEFAULT_BUILD = os.environ.get("PJRT_PLUGIN") in (None, "", "cpu", "fastatomstruct-xla-cpu")
+REPS = 25 if DEFAULT_BUILD else 10
+CHILD_TIMEOUT = 30.0
+CASES = ["executions", "callback", "transfer", "kv"]
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    shim = build_so(tmp_path_factory.mktemp("exit_shim"), "kv_putter", SHIM, include_header=True)
+    driver = Path(__file__).with_name("exit_cases.py")
+    command = [sys.executable, str(driver), str(shim), str(REPS), str(CHILD_TIMEOUT)]
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    drivers = [
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(2)
+    ]
+    found: dict[str, list[dict[str, Any]]] = {case: [] for case in CASES}
+    for d in drivers:
+        out, err = d.communicate(timeout=600)
+        assert d.returncode == 0, err[-3000:]
+        for line in out.splitlines():
+            record = json.loads(line)
+            found[record["case"]].extend(record["results"])
+    return found
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_exit_with_work_in_flight_ends_with_the_programs_status(
+    outcomes: dict[str, list[dict[str, Any]]], case: str
+) -> None:
+    results = outcomes[case]
+    assert len(results) == 2 * REPS
+    bad = [r for r in results if r["status"] != r["expected"]]
+    assert not bad, f"{len(bad)} of {len(results)} exits went wrong; first: {bad[0]}"
+    # With PJRT_PY_EXIT_TIMEOUT=0 the work was really in flight: the exit
+    # sequence left its client running.
+    assert all(r["left_running"] for r in results if r["wait"] == 0), "nothing was in flight"
+    # The exit sequence waits at most 0.3 s here; the rest is finalization.
+    slowest = max(r["exit_s"] for r in results)
+    assert slowest < 10, f"an exit took {slowest:.1f} s"
