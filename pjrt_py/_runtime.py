@@ -34,7 +34,9 @@ from . import _core
 EXIT_TIMEOUT = 5.0
 
 
-def _env_number(name: str, default: float, scale: float, unit: str) -> float:
+def _env_number(
+    name: str, default: float, scale: float, unit: str, most: float = float("inf")
+) -> float:
     text = os.environ.get(name)
     if text is None:
         return default
@@ -44,11 +46,14 @@ def _env_number(name: str, default: float, scale: float, unit: str) -> float:
         raise ValueError(f"{name} must be a number of {unit}, not {text!r}") from None
     if not value >= 0:
         raise ValueError(f"{name} must be >= 0, not {text!r}")
+    if value > most:
+        raise ValueError(f"{name} must be at most {most:g} {unit}, not {text!r}")
     return value * scale
 
 
 # $PJRT_PY_SPIN_US: how long a wait polls before it blocks (see events.c).
-_spin = _env_number("PJRT_PY_SPIN_US", -1, 1000, "microseconds")
+# A spin longer than a second is no spin: refused, as is anything but a number.
+_spin = _env_number("PJRT_PY_SPIN_US", -1, 1000, "microseconds", most=1e6)
 if _spin >= 0:
     _core.set_spin_ns(int(_spin))
 

@@ -221,6 +221,10 @@ def test_spin_before_blocking_is_configurable_and_validated() -> None:
     bad = subprocess.run(run, capture_output=True, text=True, env=_env("soon"))
     assert bad.returncode != 0
     assert "PJRT_PY_SPIN_US must be a number of microseconds" in bad.stderr
+    for huge in ("1e30", "inf"):  # an OverflowError from C, before
+        over = subprocess.run(run, capture_output=True, text=True, env=_env(huge))
+        assert over.returncode != 0
+        assert "ValueError: PJRT_PY_SPIN_US must be at most 1e+06 microseconds" in over.stderr
 
 
 def _env(spin: str | None) -> dict[str, str]:
