@@ -128,7 +128,8 @@ def initialize(
     UnsupportedError
         For a CPU plugin (before anything starts).
     ValueError
-        For missing or inconsistent process numbers, a coordinator address
+        For missing or inconsistent process numbers, an ``init_timeout_s``
+        outside (0, 86400] (a ``TypeError`` if not an int), a coordinator address
         that is not ``host:port`` with a port in 1-65535 and a host that
         resolves (``check_coordinator_address``), or a second call.
     """
@@ -146,6 +147,10 @@ def initialize(
         )
     if not 0 <= process_id < num_processes:
         raise ValueError(f"process_id {process_id} is not in [0, {num_processes})")
+    if isinstance(init_timeout_s, bool) or not isinstance(init_timeout_s, int):
+        raise TypeError(f"init_timeout_s must be an int of seconds, got {init_timeout_s!r}")
+    if not 0 < init_timeout_s <= 86400:
+        raise ValueError(f"init_timeout_s must be in (0, 86400] seconds, got {init_timeout_s}")
     check_coordinator_address(address)
     from jax._src.lib import _jax  # type: ignore[attr-defined]  # jaxlib: optional
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import run_python
 
+import pjrt_py.distributed
 from pjrt_py.distributed import check_coordinator_address
 
 
@@ -64,3 +65,12 @@ def test_initialize_refuses_an_unresolvable_host_before_jaxlib_sees_it() -> None
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split("\n")[:3] == ["refused: True"] * 3
+
+
+@pytest.mark.parametrize(
+    ("timeout", "error"),
+    [(-1, ValueError), (0, ValueError), (10**9, ValueError), (1.5, TypeError), (True, TypeError)],
+)
+def test_init_timeout_is_checked_before_anything_starts(timeout: object, error: type) -> None:
+    with pytest.raises(error, match="init_timeout_s"):
+        pjrt_py.distributed.initialize("localhost:1234", 1, 0, init_timeout_s=timeout)  # type: ignore[arg-type]
