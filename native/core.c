@@ -28,6 +28,7 @@
 #include "admission.c"
 #include "foreign.c"
 #include "ffi.c"
+#include "extensions.c"
 #include "host_callback_attrs.c"
 #include "host_callback.c"
 #include "host_callback_gpu.c"
@@ -108,6 +109,8 @@ static PyMethodDef core_functions[] = {
      NULL},
     {"generation", core_generation, METH_NOARGS, NULL},
     {"set_dlpack_codes", core_set_dlpack_codes, METH_O, NULL},
+    {"plugin_extensions", core_plugin_extensions, METH_O,
+     "plugin_extensions(api) -> the extension types in the plugin's chain"},
     {"ffi_register", core_ffi_register, METH_VARARGS,
      "ffi_register(api, name, handler, platform) -> 0, or 1/2 when the plugin has no way"},
     {"drain_releases", core_drain_releases, METH_NOARGS,

@@ -61,6 +61,7 @@ from .toplevel import (
     to_numpy_async,
     value,
 )
+from .tracing import trace
 
 __version__ = "0.1.0"
 
@@ -124,6 +125,7 @@ __all__ = [
     "plugins",
     "supported_dtypes",
     "to_numpy",
+    "trace",
     "to_numpy_async",
     "value",
     "with_runtime_token",

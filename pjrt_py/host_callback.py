@@ -52,6 +52,7 @@ Decisions (see docs/callbacks.md):
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -100,6 +101,8 @@ ROUTER_TARGET = "pjrt_py_host_callback"  # slot 0: jax's callbacks, routed by ke
 _lock = threading.Lock()
 _routes: dict[int, Callable[..., Any]] = {}  # key -> jax callable (read by the C handler)
 _slots: dict[str, int] = {ROUTER_TARGET: 0}  # target name -> trampoline slot
+_functions: dict[int, tuple[Callable[..., Any], str, bool]] = {}  # slot -> (fn, name, copy)
+_observer: Callable[[str, float], None] | None = None  # pjrt_py.trace's, while it records
 
 
 def _format_error(name: str, error: BaseException) -> str:
@@ -185,8 +188,42 @@ def _copier(client: Client | None, platform: str | None, what: str) -> tuple[Cli
     return client, "direct" if want == "cpu" else want
 
 
+def _observed(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+    """``fn``, reporting each call's start and end to the observer (pjrt_py.trace)."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter_ns()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            observer = _observer
+            if observer is not None:
+                observer(name, start)
+
+    return call
+
+
+def set_call_observer(observer: Callable[[str, float], None] | None) -> None:
+    """Report every registered callback's calls to ``observer(name, start_ns)``
+    (None: stop). Used by ``pjrt_py.trace``: without an observer the slots
+    hold the functions themselves, and nothing is added to a call."""
+    global _observer
+    with _lock:
+        _observer = observer
+        for slot, (fn, name, copy) in _functions.items():
+            _core.host_callback_set(
+                slot, fn if observer is None else _observed(fn, name), name, copy
+            )
+
+
 def _set(slot: int, fn: Callable[..., Any] | None, name: str, copy: bool, copier: str) -> int:
     """Put ``fn`` in ``slot``; the address of its handler for ``copier``."""
+    if fn is None:
+        _functions.pop(slot, None)
+    else:
+        _functions[slot] = (fn, name, copy)
+        if _observer is not None:
+            fn = _observed(fn, name)
     address = _core.host_callback_set(slot, fn, name, copy)
     if copier == "direct":
         return address
@@ -259,6 +296,7 @@ def _register(name: str, fn: Callable[..., Any], client: Client, copy: bool, cop
             register_ffi_target(name, address, client=client)
         except BaseException:
             if name not in _slots:  # a new name the plugin refused: free its slot
+                _functions.pop(slot, None)
                 _core.host_callback_set(slot, None, name, False)
             raise
         _slots[name] = slot
@@ -281,4 +319,4 @@ def drop_routes(keys: list[int]) -> None:
         _routes.pop(key, None)
 
 
-__all__ = ["in_host_callback", "register_callback"]
+__all__ = ["in_host_callback", "register_callback", "set_call_observer"]

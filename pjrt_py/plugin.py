@@ -423,8 +423,42 @@ class Plugin:
                 self._attributes = {}
         return self._attributes
 
+    @property
+    def extensions(self) -> list[str]:
+        """The PJRT extensions the plugin carries (``"ffi"``, ``"stream"``, ``"profiler"``, ...).
+
+        Types this pjrt_py does not name are given as ``"type N"``.
+        """
+        types = _core.plugin_extensions(self.address)
+        return [EXTENSION_NAMES.get(t, f"type {t}") for t in types]
+
     def __repr__(self) -> str:
         return f"<Plugin {self.path} PJRT {self.version_text}>"
+
+
+# PJRT_Extension_Type values, in the header's order.
+EXTENSION_NAMES = dict(
+    enumerate(
+        (
+            "gpu_custom_call",
+            "profiler",
+            "custom_partitioner",
+            "stream",
+            "layouts",
+            "ffi",
+            "memory_descriptions",
+            "triton",
+            "raw_buffer",
+            "phase_compile",
+            "example",
+            "unknown",
+            "cross_host_transfers",
+            "executable_metadata",
+            "callback",
+            "host_allocator",
+        )
+    )
+)
 
 
 def address(pointer: Any) -> int:

@@ -1,0 +1,251 @@
+"""Traces a person can open: pjrt_py's own work as spans, in Chrome trace JSON.
+
+::
+
+    with pjrt_py.trace("run.json"):
+        exe = client.compile(program)
+        exe.execute(x, y)
+
+writes ``run.json``, which Perfetto's UI (ui.perfetto.dev) and
+``chrome://tracing`` open. Each span is one call, on the thread that made
+it, with its arguments' shapes and the program's name:
+
+========== ===================================================================
+category   spans
+========== ===================================================================
+compile    ``Client.compile``
+transfer   ``Client.buffer`` / ``buffer_async`` (to the device),
+           ``to_numpy`` / ``to_numpy_async`` (from it)
+dispatch   ``execute``, ``execute_async``, ``execute_sharded(_async)``
+wait       ``value()``, ``block_until_ready()``
+callback   a Python host callback running (on the plugin's thread)
+========== ===================================================================
+
+Decisions:
+
+- **Nothing outside the block.** Entering the first trace replaces those
+  methods with recording ones; leaving the last puts the originals back, so
+  outside a trace block calls run exactly the code they run without this
+  module (the dispatch benchmark's fast path included).
+- **Process-wide.** While a block is open, every thread's calls are recorded
+  (that is what a profile of a program is); blocks may nest or overlap, and
+  each gets the spans made while it was open.
+- **Host spans only.** Device activity comes from a plugin's PJRT profiler
+  extension; none of the CPU builds carries one (``Plugin.extensions``, shown
+  by ``pjrt-py info``), so a trace holds pjrt_py's host side. Spans of async
+  calls end when the call returns, not when the device work does: the
+  ``wait`` spans show where the host waited for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from . import _core, host_callback
+from .client import Client
+from .executable import Executable
+
+_lock = threading.Lock()
+_active: list[Recorder] = []
+_saved: list[tuple[type, str, Any]] = []  # (class, name, what its __dict__ held, or _MISSING)
+_MISSING = object()
+
+
+class Recorder:
+    """The spans of one ``trace`` block (``events``: Chrome trace events)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def add(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            self.events.append(event)
+
+
+def _shape_of(x: Any) -> str:
+    shape, dtype = getattr(x, "shape", None), getattr(x, "dtype", None)
+    if shape is None:
+        return type(x).__name__
+    return f"{dtype}[{','.join(map(str, shape))}]"
+
+
+def _record(category: str, name: str, start: float, args: dict[str, Any]) -> None:
+    end = time.perf_counter_ns()
+    event = {
+        "name": name,
+        "cat": category,
+        "ph": "X",
+        "ts": start / 1000,
+        "dur": (end - start) / 1000,
+        "pid": os.getpid(),
+        "tid": threading.get_ident(),
+        "args": args,
+    }
+    for recorder in list(_active):
+        recorder.add(event)
+
+
+def _span(category: str, label: Callable[..., tuple[str, dict[str, Any]]]) -> Callable[..., Any]:
+    """A decorator making a method record a span: ``label(*args)`` names it."""
+
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter_ns()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                try:
+                    name, detail = label(*args)
+                except Exception:  # a label must never change the call's outcome
+                    name, detail = method.__name__, {}
+                _record(category, name, start, detail)
+
+        return recording
+
+    return wrap
+
+
+def _program_call(self: Any, *args: Any) -> tuple[str, dict[str, Any]]:
+    return f"{self.name}", {"arguments": [_shape_of(a) for a in args]}
+
+
+def _sharded_call(self: Any, rows: Any, *rest: Any) -> tuple[str, dict[str, Any]]:
+    return f"{self.name}", {"devices": len(rows)}
+
+
+def _compile_call(self: Any, program: Any, *rest: Any) -> tuple[str, dict[str, Any]]:
+    return "compile", {"bytes": len(program) if hasattr(program, "__len__") else None}
+
+
+def _to_device(self: Any, value: Any, *rest: Any) -> tuple[str, dict[str, Any]]:
+    return "to device", {"array": _shape_of(value)}
+
+
+def _from_device(self: Any, *rest: Any) -> tuple[str, dict[str, Any]]:
+    target = self.buffer() if isinstance(self, _core.BufferPromise) else self
+    return "to host", {"array": _shape_of(target)}
+
+
+def _wait(self: Any, *rest: Any) -> tuple[str, dict[str, Any]]:
+    return f"wait ({type(self).__name__})", {}
+
+
+# (class, method, category, label): what a trace records.
+_POINTS: list[tuple[type, str, str, Callable[..., tuple[str, dict[str, Any]]]]] = [
+    (Client, "compile", "compile", _compile_call),
+    (Client, "buffer", "transfer", _to_device),
+    (Client, "buffer_async", "transfer", _to_device),
+    (_core.Buffer, "to_numpy", "transfer", _from_device),
+    (_core.Buffer, "to_numpy_async", "transfer", _from_device),
+    (_core.BufferPromise, "to_numpy", "transfer", _from_device),
+    (_core.BufferPromise, "to_numpy_async", "transfer", _from_device),
+    (Executable, "execute", "dispatch", _program_call),
+    (Executable, "execute_async", "dispatch", _program_call),
+    (Executable, "execute_sharded", "dispatch", _sharded_call),
+    (Executable, "execute_sharded_async", "dispatch", _sharded_call),
+    (_core.Promise, "value", "wait", _wait),
+    (_core.Promise, "block_until_ready", "wait", _wait),
+    (_core.Buffer, "block_until_ready", "wait", _wait),
+]
+
+
+def _install() -> None:
+    for cls, name, category, label in _POINTS:
+        _saved.append((cls, name, cls.__dict__.get(name, _MISSING)))
+        setattr(cls, name, _span(category, label)(getattr(cls, name)))
+    host_callback.set_call_observer(_callback_span)
+
+
+def _uninstall() -> None:
+    host_callback.set_call_observer(None)
+    while _saved:
+        cls, name, original = _saved.pop()
+        if original is _MISSING:
+            delattr(cls, name)  # the base class's method shows through again
+        else:
+            setattr(cls, name, original)
+
+
+def _callback_span(name: str, start: float) -> None:
+    _record("callback", name, start, {})
+
+
+@contextmanager
+def trace(path: str | os.PathLike[str] | None = None) -> Iterator[Recorder]:
+    """Record pjrt_py's work in the block as spans; write them to ``path``.
+
+    Parameters
+    ----------
+    path : str or path, optional
+        Where to write the Chrome trace JSON when the block ends (also when
+        it ends with an exception). None: only the returned recorder's
+        ``events`` hold them.
+
+    Yields
+    ------
+    Recorder
+        Its ``events`` (Chrome trace events) fill while the block runs.
+
+    Raises
+    ------
+    OSError
+        If ``path`` cannot be written (when the block ends).
+    """
+    recorder = Recorder()
+    with _lock:
+        if not _active:
+            _install()
+        _active.append(recorder)
+    try:
+        yield recorder
+    finally:
+        with _lock:
+            _active.remove(recorder)
+            if not _active:
+                _uninstall()
+        if path is not None:
+            write(recorder, path)
+
+
+def write(recorder: Recorder, path: str | os.PathLike[str]) -> None:
+    """Write a recorder's spans as Chrome trace JSON (``{"traceEvents": [...]}``).
+
+    Parameters
+    ----------
+    recorder : Recorder
+        What ``trace`` yielded.
+    path : str or path
+        The file to write.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be written.
+    """
+    threads = {e["tid"] for e in recorder.events}
+    names = {t.ident: t.name for t in threading.enumerate()}
+    meta = [
+        {
+            "name": "thread_name",
+            "ph": "M",
+            "pid": os.getpid(),
+            "tid": tid,
+            "args": {"name": names.get(tid, f"thread {tid}")},
+        }
+        for tid in sorted(threads)
+    ]
+    document = {"traceEvents": meta + recorder.events, "displayTimeUnit": "ms"}
+    with open(path, "w") as f:
+        json.dump(document, f)
+
+
+__all__ = ["Recorder", "trace", "write"]
