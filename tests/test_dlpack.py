@@ -24,6 +24,10 @@ torch = pytest.importorskip("torch", reason="torch (CPU build, in the test extra
 jax = pytest.importorskip("jax", reason="jax (in the test extra) is not installed")
 jnp = jax.numpy
 
+# numpy, torch (CPU) and jax (CPU) read a buffer in place, and pjrt_py views
+# their arrays in place, only where the plugin's buffers are host memory.
+pytestmark = pytest.mark.needs_host_buffers
+
 DONATE_X = """
 func.func @main(%x: tensor<8xf32> {tf.aliasing_output = 0 : i32},
                 %y: tensor<8xf32>) -> tensor<8xf32> {
@@ -486,6 +490,7 @@ def test_a_pending_jax_result_is_read_when_ready(client: pjrt_py.Client) -> None
 # ---- foreign arguments on the native dispatch path -----------------------------------
 
 
+@pytest.mark.needs_devices(3)
 def test_aligned_foreign_arguments_take_the_native_path(
     client: pjrt_py.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
