@@ -17,11 +17,13 @@ import numpy as np
 
 from . import dlpack
 from .buffer import Buffer
+from .errors import PjrtError
 from .program import ArgSpec, mismatch_message
 from .promise import BufferPromise
 
 if TYPE_CHECKING:
     from .device import Device
+    from .memory import Memory
 
     class _Client(Protocol):
         platform_name: str
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
 
     class _Executable(Protocol):  # what the checks read of an Executable
         _signature: list[ArgSpec] | None
+        _parameter_memories: dict[int, Memory | None]
 
         @property
         def name(self) -> str: ...
@@ -164,17 +167,41 @@ def checked_row(
     # A buffer on another device is refused here: the plugin would refuse it
     # too, but on several devices only after launching the ones before it,
     # which then wait forever in their first collective.
+    memory = parameter_memory(exe, device)
     for i, r in enumerate(resolved):
         if isinstance(r, Buffer) and r.device != device:
             raise ValueError(
                 f"{exe.name}: argument {i}{where} is on {r.device}, not {device} "
                 f"(copy it with copy_to_device)"
             )
+        # Decision (docs/devices.md): no implicit copy between memories either,
+        # as jax's compiled programs refuse an input of another memory kind.
+        if isinstance(r, Buffer) and memory is not None and r.memory is not memory:
+            raise ValueError(
+                f"{exe.name}: argument {i}{where} is in {r.memory.kind!r} memory; the program "
+                f"reads it from {memory.kind!r} memory (copy it with "
+                f"copy_to_memory({memory.kind!r}))"
+            )
     placed = [_place(exe, r, device) for r in resolved]
     if signature is not None and exe.client.platform_name == "cpu":
         pairs = enumerate(zip(placed, signature, strict=True))
         placed = [_laid_out(exe, b, spec, i) for i, (b, spec) in pairs]
     return placed
+
+
+def parameter_memory(exe: _Executable, device: Device) -> Memory | None:
+    """The memory ``exe`` reads its parameters from on ``device``, asked once.
+
+    The device's default memory: pjrt_py's programs carry no memory kinds
+    for their parameters. None where the plugin has no memory spaces.
+    """
+    memories = exe._parameter_memories
+    if device._addr not in memories:
+        try:
+            memories[device._addr] = device.default_memory
+        except PjrtError:  # UnsupportedError: a plugin without memory spaces
+            memories[device._addr] = None
+    return memories[device._addr]
 
 
 def _laid_out(exe: _Executable, buf: Buffer, spec: ArgSpec, index: int) -> Buffer:
