@@ -71,6 +71,52 @@ def matmul_chain(n: int, steps: int) -> str:
     return "\n".join(lines)
 
 
+# Dense work repeated %n times, %n given at run time (a data-dependent loop).
+MATMUL_LOOP = """
+func.func @main(%x: tensor<256x256xf32>, %n: tensor<i64>) -> tensor<256x256xf32> {
+  %zero = stablehlo.constant dense<0> : tensor<i64>
+  %one = stablehlo.constant dense<1> : tensor<i64>
+  %r:2 = stablehlo.while(%i = %zero, %y = %x) : tensor<i64>, tensor<256x256xf32>
+    cond {
+      %c = stablehlo.compare LT, %i, %n : (tensor<i64>, tensor<i64>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %d = stablehlo.dot_general %y, %y, contracting_dims = [1] x [0]
+        : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+      %t = stablehlo.tanh %d : tensor<256x256xf32>
+      %i1 = stablehlo.add %i, %one : tensor<i64>
+      stablehlo.return %i1, %t : tensor<i64>, tensor<256x256xf32>
+    }
+  return %r#1 : tensor<256x256xf32>
+}
+"""
+
+
+@functools.cache
+def slow_work(client: pjrt_py.Client, seconds: float = 0.1) -> Callable[[], pjrt_py.BufferPromise]:
+    """A dispatch of dense work that runs for about ``seconds`` on this plugin.
+
+    "Slow enough" is measured, not assumed: work that takes tens of ms on a
+    CPU ends in microseconds on a GPU. The loop count is calibrated on the
+    client (one run of a few iterations, then one of the estimate)."""
+    import time  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    exe = client.compile(MATMUL_LOOP)
+    x = client.buffer(np.eye(256, dtype=np.float32) * 0.5)
+    n = 4
+    for _ in range(3):
+        start = time.perf_counter()
+        exe.execute(x, np.int64(n)).block_until_ready()
+        took = time.perf_counter() - start
+        if took >= seconds:
+            break
+        n = min(int(n * seconds / max(took, 1e-6) * 1.2) + 1, 1 << 30)
+    count = np.int64(n)
+    return lambda: exe.execute_async(x, count)
+
+
 @functools.cache
 def session_client() -> pjrt_py.Client:
     """The client of the plugin under test: ``$PJRT_PLUGIN``, else the CPU plugin.
