@@ -87,3 +87,16 @@ def add_text() -> str:
     from conftest import ADD_F32_8
 
     return ADD_F32_8
+
+
+def test_capability_skips_name_the_need_and_what_the_plugin_has(client: pjrt_py.Client) -> None:
+    from conftest import capability_skip
+
+    have = len(client.addressable_devices)
+    reason = capability_skip(client, pytest.mark.needs_devices(have + 1).mark)
+    assert reason == (
+        f"needs {have + 1} addressable devices; the {client.platform_name} plugin has {have}"
+    )
+    assert capability_skip(client, pytest.mark.needs_devices(have).mark) is None
+    reason = capability_skip(client, pytest.mark.needs_memory_kinds("hbm").mark)
+    assert reason is not None and reason.startswith("needs memory kind(s) ['hbm']; the ")
