@@ -432,6 +432,7 @@ def test_execute_takes_jax_and_torch_arrays(client: pjrt_py.Client) -> None:
         exe.execute(x, torch.ones(8, dtype=torch.complex32))
 
 
+@pytest.mark.needs_devices(2)
 def test_execute_sharded_takes_foreign_arrays(client: pjrt_py.Client) -> None:
     devices = client.addressable_devices[:2]
     exe = client.compile(ADD_F32_8, num_replicas=2, device_assignment=[[d] for d in devices])
