@@ -78,7 +78,12 @@ class Executable(_core.ExecutableCore):
         layouts = program.signature is not None and any(
             not spec.default_layout for spec in program.signature
         )
-        blocked = len(program.devices) != 1 or bool(program.donated) or layouts
+        # Parameters read from another memory than the default (jax's host
+        # offloading) are checked in Python too.
+        kinds = program.signature is not None and any(
+            spec.memory_kind is not None for spec in program.signature
+        )
+        blocked = len(program.devices) != 1 or bool(program.donated) or layouts or kinds
         one = program.devices[0] if len(program.devices) == 1 else None
         memory = parameter_memory(self, one) if one is not None else None
         self._attach(

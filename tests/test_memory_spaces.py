@@ -90,6 +90,32 @@ def test_an_argument_in_another_memory_is_refused_before_dispatch(
     assert out.memory.kind == "device"
 
 
+HOST_PARAMETER = """
+func.func @main(%x: tensor<8xf32> {mhlo.memory_kind = "pinned_host"}, %y: tensor<8xf32>)
+    -> tensor<8xf32> {
+  %0 = stablehlo.add %x, %y : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+"""
+
+
+@pytest.mark.needs_memory_kinds("pinned_host")
+def test_a_parameter_with_a_memory_kind_is_read_from_that_memory(client: pjrt_py.Client) -> None:
+    # jax's host offloading marks a parameter {mhlo.memory_kind = "pinned_host"}.
+    exe = client.compile(HOST_PARAMETER)
+    assert [s.memory_kind for s in exe.input_signature] == ["pinned_host", None]
+    x = np.arange(8, dtype=np.float32)
+    pinned, here = client.buffer(x, memory="pinned_host"), client.buffer(x)
+    np.testing.assert_array_equal(exe.execute(pinned, here).to_numpy(), 2 * x)
+    np.testing.assert_array_equal(exe.execute(x, x).to_numpy(), 2 * x)  # numpy goes there
+    with pytest.raises(ValueError, match="argument 0 is in 'device' memory; .* 'pinned_host'"):
+        exe.execute_async(here, here)
+    with pytest.raises(ValueError, match="argument 1 is in 'pinned_host' memory; .* 'device'"):
+        exe.execute(pinned, pinned)
+    again = client.deserialize(exe.serialize())
+    assert [s.memory_kind for s in again.input_signature] == ["pinned_host", None]
+
+
 @pytest.mark.needs_host_buffers(memory="pinned_host")
 def test_host_memory_buffers_are_dlpack_sources(client: pjrt_py.Client) -> None:
     pinned = client.buffer(np.arange(8, dtype=np.float32), memory="pinned_host")
