@@ -43,6 +43,7 @@ static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffe
   b->meta = meta;
   b->weakrefs = NULL;
   b->device = NULL;
+  b->memory = NULL;
   b->pins = 0;
   b->exports = 0;
   b->state = BUF_LIVE;
@@ -240,6 +241,19 @@ static PJRT_Error* buffer_ask_device(BufferObject* b) {
   PJRT_Error* error = b->c->api->PJRT_Buffer_Device(&args);
   if (error == NULL) b->device = args.device;
   return error;
+}
+
+/* The memory space of a live buffer, asked once (a buffer never moves) and
+ * kept in b->memory; NULL if the plugin cannot say. */
+static PJRT_Memory* buffer_memory(BufferObject* b) {
+  if (b->memory != NULL || !PJRT_PY_HAS(b->c->api, PJRT_Buffer_Memory)) return b->memory;
+  PJRT_Buffer_Memory_Args args = {0};
+  args.struct_size = PJRT_Buffer_Memory_Args_STRUCT_SIZE;
+  args.buffer = b->buf;
+  PJRT_Error* error = b->c->api->PJRT_Buffer_Memory(&args);
+  if (error == NULL) b->memory = args.memory;
+  error_destroy(b->c->api, error);
+  return b->memory;
 }
 
 /* The device of a live buffer; NULL if the plugin cannot say. */

@@ -98,6 +98,7 @@ typedef struct {
   PyObject* meta;    /* (shape, dtype), interned; NULL until read */
   PyObject* weakrefs;
   PJRT_Device* device; /* where buf lives; NULL until asked (buffer_device) */
+  PJRT_Memory* memory; /* the memory space it lives in; NULL until asked (buffer_memory) */
   int pins;          /* calls using buf without the GIL (each also holds the client) */
   int exports;       /* DLPack capsules lending buf's memory (dlpack.c), each holding b */
   unsigned char state;        /* BUF_* as Python sees it */
@@ -154,6 +155,9 @@ typedef struct {
   Py_ssize_t num_outputs;
   int num_devices;
   PJRT_Device* device; /* the one device of a one-device program, or NULL */
+  /* The memory its parameters are read from (the device's default), or NULL:
+   * then only the device is compared on the fast path. */
+  PJRT_Memory* memory;
   int blocked; /* every call takes the Python path (see executable.c) */
 } ExecutableCoreObject;
 

@@ -172,10 +172,12 @@ done:
 /* ---- ExecutableCore -------------------------------------------------------------- */
 
 /* The argument as a Buffer this call may use as is, or NULL (borrowed).
- * `device`: the program's one device (a buffer elsewhere goes to Python,
- * which says so before anything runs). */
+ * `device`: the program's one device, `memory` the memory it reads its
+ * parameters from, or NULL (a buffer elsewhere goes to Python, which says so
+ * before anything runs). The memory, where known, is compared instead of the
+ * device: it belongs to that one device, and both are one cached pointer. */
 static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* expect,
-                                   PJRT_Device* device) {
+                                   PJRT_Device* device, PJRT_Memory* memory) {
   BufferObject* b;
   if (Py_TYPE(arg) == BufferType) {
     b = (BufferObject*)arg;
@@ -192,7 +194,11 @@ static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* e
     return NULL;
   }
   if (b->c != c || b->state != BUF_LIVE || b->buf == NULL) return NULL;
-  if (device != NULL && buffer_device(b) != device) return NULL;
+  if (memory != NULL) {
+    if (buffer_memory(b) != memory) return NULL;
+  } else if (device != NULL && buffer_device(b) != device) {
+    return NULL;
+  }
   if (b->meta != expect &&
       (b->meta == NULL || PyObject_RichCompareBool(b->meta, expect, Py_EQ) != 1)) {
     PyErr_Clear();
@@ -224,7 +230,7 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
   bool ran_python = false; /* a foreign producer's __dlpack__ ran */
   for (Py_ssize_t i = 0; i < nargs; ++i) {
     PyObject* meta = PyTuple_GetItem(expect, i);
-    buffers[i] = fast_argument(args[i], loaded->c, meta, self->device);
+    buffers[i] = fast_argument(args[i], loaded->c, meta, self->device, self->memory);
     if (buffers[i] == NULL) {
       buffers[i] = numpy_argument(args[i], self->client, loaded->c, self->device, meta);
       if (buffers[i] == NULL) {
@@ -315,15 +321,18 @@ done:
 }
 
 /* _attach(loaded, client, expect, out_metas, num_outputs, num_devices, blocked,
- *         device=None): device, the address of a one-device program's device. */
+ *         device=None, memory=None): device, the address of a one-device
+ * program's device; memory, that of the memory its parameters are read from. */
 static PyObject* executable_attach(ExecutableCoreObject* self, PyObject* args) {
-  PyObject *loaded, *client, *expect, *out_metas, *device = Py_None;
+  PyObject *loaded, *client, *expect, *out_metas, *device = Py_None, *memory = Py_None;
   Py_ssize_t num_outputs;
   int num_devices, blocked;
-  if (!PyArg_ParseTuple(args, "O!OOOnip|O:_attach", LoadedType, &loaded, &client, &expect,
-                        &out_metas, &num_outputs, &num_devices, &blocked, &device))
+  if (!PyArg_ParseTuple(args, "O!OOOnip|OO:_attach", LoadedType, &loaded, &client, &expect,
+                        &out_metas, &num_outputs, &num_devices, &blocked, &device, &memory))
     return NULL;
   self->device = device == Py_None ? NULL : (PJRT_Device*)PyLong_AsVoidPtr(device);
+  if (PyErr_Occurred()) return NULL;
+  self->memory = memory == Py_None ? NULL : (PJRT_Memory*)PyLong_AsVoidPtr(memory);
   if (PyErr_Occurred()) return NULL;
   if ((expect != Py_None && !PyTuple_Check(expect)) ||
       (out_metas != Py_None && !PyTuple_Check(out_metas))) {

@@ -3,16 +3,18 @@
  * client checks a target Memory (and that the plugin has the call) before
  * anything here reaches PJRT. */
 
-/* The PJRT_Memory* holding b, as an int. */
+/* The PJRT_Memory* holding b, as an int (asked once: buffer_memory). */
 static PyObject* buffer_memory_address(BufferObject* b) {
   if (buffer_live(b) < 0) return NULL;
   const PJRT_Api* api = b->c->api;
   if (!PJRT_PY_HAS(api, PJRT_Buffer_Memory)) Py_RETURN_NONE;
+  if (b->memory != NULL) return PyLong_FromVoidPtr(b->memory);
   PJRT_Buffer_Memory_Args args = {0};
   args.struct_size = PJRT_Buffer_Memory_Args_STRUCT_SIZE;
   args.buffer = b->buf;
   PJRT_Error* error = api->PJRT_Buffer_Memory(&args);
   if (error != NULL) return raise_pjrt(api, error);
+  b->memory = args.memory;
   return PyLong_FromVoidPtr(args.memory);
 }
 

@@ -173,6 +173,7 @@ class ExecutableCore:
         num_devices: int,
         blocked: bool,
         device: int | None = ...,
+        memory: int | None = ...,
     ) -> None: ...
     def _detach(self) -> None: ...
 

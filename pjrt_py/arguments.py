@@ -17,19 +17,24 @@ import numpy as np
 
 from . import dlpack
 from .buffer import Buffer
+from .errors import PjrtError
 from .program import ArgSpec, mismatch_message
 from .promise import BufferPromise
 
 if TYPE_CHECKING:
     from .device import Device
+    from .memory import Memory
 
     class _Client(Protocol):
         platform_name: str
 
-        def buffer_async(self, value: Any, device: Device | None = None) -> BufferPromise: ...
+        def buffer_async(
+            self, value: Any, device: Device | None = None, *, memory: Memory | None = None
+        ) -> BufferPromise: ...
 
     class _Executable(Protocol):  # what the checks read of an Executable
         _signature: list[ArgSpec] | None
+        _parameter_memories: dict[int, Memory | None]
 
         @property
         def name(self) -> str: ...
@@ -164,17 +169,52 @@ def checked_row(
     # A buffer on another device is refused here: the plugin would refuse it
     # too, but on several devices only after launching the ones before it,
     # which then wait forever in their first collective.
-    for i, r in enumerate(resolved):
+    default = parameter_memory(exe, device)
+    # Where each parameter is read from: a kind the program names (jax's host
+    # offloading) or the default; None where not known (the plugin says).
+    wants = [default] * len(resolved)
+    for i, spec in enumerate(signature or []):
+        if spec.memory_kind is not None:
+            kinds = [m for m in device.memories if m.kind == spec.memory_kind]
+            wants[i] = kinds[0] if kinds else None
+    for i, (r, memory) in enumerate(zip(resolved, wants, strict=True)):
         if isinstance(r, Buffer) and r.device != device:
             raise ValueError(
                 f"{exe.name}: argument {i}{where} is on {r.device}, not {device} "
                 f"(copy it with copy_to_device)"
             )
-    placed = [_place(exe, r, device) for r in resolved]
+        # Decision (docs/devices.md): no implicit copy between memories either,
+        # as jax's compiled programs refuse an input of another memory kind.
+        if isinstance(r, Buffer) and memory is not None and r.memory is not memory:
+            raise ValueError(
+                f"{exe.name}: argument {i}{where} is in {r.memory.kind!r} memory; the program "
+                f"reads it from {memory.kind!r} memory (copy it with "
+                f"copy_to_memory({memory.kind!r}))"
+            )
+    placed = [
+        _place(exe, r, device, None if memory is default else memory)
+        for r, memory in zip(resolved, wants, strict=True)
+    ]
     if signature is not None and exe.client.platform_name == "cpu":
         pairs = enumerate(zip(placed, signature, strict=True))
         placed = [_laid_out(exe, b, spec, i) for i, (b, spec) in pairs]
     return placed
+
+
+def parameter_memory(exe: _Executable, device: Device) -> Memory | None:
+    """The memory ``exe`` reads its parameters from on ``device``, asked once.
+
+    The device's default memory, for parameters with no ``mhlo.memory_kind``
+    (``checked_row`` reads that kind's memory for the others). None where
+    the plugin has no memory spaces.
+    """
+    memories = exe._parameter_memories
+    if device._addr not in memories:
+        try:
+            memories[device._addr] = device.default_memory
+        except PjrtError:  # UnsupportedError: a plugin without memory spaces
+            memories[device._addr] = None
+    return memories[device._addr]
 
 
 def _laid_out(exe: _Executable, buf: Buffer, spec: ArgSpec, index: int) -> Buffer:
@@ -201,11 +241,14 @@ def _laid_out(exe: _Executable, buf: Buffer, spec: ArgSpec, index: int) -> Buffe
     )
 
 
-def _place(exe: _Executable, r: Any, device: Device) -> Buffer:
+def _place(exe: _Executable, r: Any, device: Device, memory: Memory | None = None) -> Buffer:
+    """``r`` as a Buffer on ``device``: host values go to ``memory`` (the default if None)."""
     if isinstance(r, Buffer):
         return r
     if isinstance(r, dlpack.Foreign):  # zero-copy where the memory allows
         return dlpack.place(exe.client, r, device, None)  # type: ignore[arg-type]
+    if memory is not None:
+        return exe.client.buffer_async(r, device, memory=memory).buffer()
     return exe.client.buffer_async(r, device).buffer()
 
 

@@ -115,10 +115,12 @@ def _smoke(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from . import Client
+    from .plugin import find_plugin
 
     with open(args.program) as f:
         program = f.read()
-    client = Client(args.plugin)
+    # The resolver `pjrt-py test --plugin` uses too, so the two take the same names.
+    client = Client(None if args.plugin is None else find_plugin(args.plugin, origin="--plugin"))
     exe = client.compile(program, isolate=True)  # a compiler crash is an error, not a death
     inputs = [np.load(path) for path in args.input]
     result = exe.execute(*inputs)
@@ -154,9 +156,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("program", help="a .mlir text file with a @main function")
     run.add_argument("-i", "--input", action="append", default=[], help=".npy input (repeat)")
     run.add_argument("-o", "--output", action="append", default=[], help=".npy output (repeat)")
-    run.add_argument("--plugin", help="cpu, cuda, tpu, rocm or a plugin path")
+    from .conformance.command import PLUGIN_HELP, add_arguments
+
+    run.add_argument("--plugin", help=PLUGIN_HELP + " (default: $PJRT_PLUGIN, else cpu)")
     run.set_defaults(fn=_run)
-    from .conformance.command import add_arguments
 
     test = sub.add_parser("test", help="run conformance test files on one or more plugins")
     add_arguments(test)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _core, effects
-from .arguments import checked_row, non_donatable_indices
+from .arguments import checked_row, non_donatable_indices, parameter_memory
 from .buffer import Buffer
 from .compiled import CompiledProgram, MemoryStats
 from .program import ArgSpec
@@ -29,6 +29,7 @@ from .promise import BufferPromise
 
 if TYPE_CHECKING:
     from .device import Device
+    from .memory import Memory
 
 __all__ = ["Executable", "MemoryStats"]
 
@@ -68,13 +69,23 @@ class Executable(_core.ExecutableCore):
         self._source: tuple[str, bytes, bool] | None = None  # text, options, isolate
         self._token_form: Executable | None = None
         self._ordered = False
+        # Device address -> the memory parameters are read from there (see
+        # arguments.parameter_memory).
+        self._parameter_memories: dict[int, Memory | None] = {}
         self._host_routes: Any = None  # jax's host callbacks this program calls (jit)
         # Calls that cannot take the native path: several devices, donation,
         # parameters in a layout other than the default (checked in Python).
         layouts = program.signature is not None and any(
             not spec.default_layout for spec in program.signature
         )
-        blocked = len(program.devices) != 1 or bool(program.donated) or layouts
+        # Parameters read from another memory than the default (jax's host
+        # offloading) are checked in Python too.
+        kinds = program.signature is not None and any(
+            spec.memory_kind is not None for spec in program.signature
+        )
+        blocked = len(program.devices) != 1 or bool(program.donated) or layouts or kinds
+        one = program.devices[0] if len(program.devices) == 1 else None
+        memory = parameter_memory(self, one) if one is not None else None
         self._attach(
             program._handles(),
             program.client,
@@ -83,7 +94,10 @@ class Executable(_core.ExecutableCore):
             program.num_outputs,
             len(program.devices),
             blocked,
-            program.devices[0]._addr if len(program.devices) == 1 else None,
+            None if one is None else one._addr,
+            # Compared on the fast path instead of the device: a memory of
+            # that one device only.
+            memory._addr if memory is not None and memory.devices == [one] else None,
         )
 
     # -- what the program is ----------------------------------------------

@@ -20,6 +20,7 @@ passed straight to the next call.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import threading
@@ -33,7 +34,6 @@ from .buffer import Buffer
 from .client import default_client
 from .dlpack import Foreign, is_foreign, to_jax, to_torch
 from .executable import Executable
-from .program import ArgSpec
 from .promise import BufferPromise
 
 if TYPE_CHECKING:
@@ -228,7 +228,7 @@ class Lowered:
         signature = exe.input_signature
         if signature is not None and len(signature) == len(self.arg_names):
             named = zip(self.arg_names, signature, strict=True)
-            exe._signature = [ArgSpec(name, s.shape, s.dtype, s.layout) for name, s in named]
+            exe._signature = [dataclasses.replace(s, name=name) for name, s in named]
         if self._routes is not None:
             exe._host_routes = self._routes
         if self._ordered:

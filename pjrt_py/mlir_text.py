@@ -61,6 +61,7 @@ _PARAM_NAME = re.compile(r"\s*(%[\w.$-]+)\s*:\s*")
 _AFTER_TYPE = re.compile(r"\{|\bloc\(")
 _ARG_INFO = re.compile(r"jax\.arg_info\s*=")  # no \s* after: blanked strings are spaces
 _LAYOUT_MODE = re.compile(r"mhlo\.layout_mode\s*=")
+_MEMORY_KIND = re.compile(r"mhlo\.memory_kind\s*=")
 _ESCAPE = re.compile(r"\\(?:([0-9a-fA-F]{2})|(.))", re.S)
 _INT_VALUE = re.compile(r"\s*(-?\d+)\s*(?::\s*[\w.!]+)?\s*")
 
@@ -324,7 +325,9 @@ def main_signature(text: str) -> list[ArgSpec] | None:
         shape, dtype = tensor_type(lexed.text[head.end() : type_end])
         mode = _LAYOUT_MODE.search(lexed.clean, head.end(), end)
         layout = lexed.string_at(mode.end()) if mode else None
-        specs.append(ArgSpec(name or f"arg{index}", shape, dtype, layout))
+        kind = _MEMORY_KIND.search(lexed.clean, head.end(), end)
+        memory_kind = lexed.string_at(kind.end()) if kind else None
+        specs.append(ArgSpec(name or f"arg{index}", shape, dtype, layout, memory_kind))
     return specs
 
 

@@ -202,7 +202,8 @@ def _normal(name: str) -> str:
 
 
 def _from_distribution(name: str) -> str | None:
-    """The library a distribution installed: a known build's, or its only ``.so``."""
+    """The library a distribution installed: a known build's, or its only ``.so``
+    (of several, its only one named like a PJRT plugin, ``*pjrt*.so``)."""
     for info in plugins():
         if info.distribution is not None and _normal(info.distribution) == _normal(name):
             return info.path
@@ -211,12 +212,14 @@ def _from_distribution(name: str) -> str | None:
     except metadata.PackageNotFoundError:
         return None
     libraries = [f for f in files if f.name.endswith(".so")]
+    if len(libraries) > 1:
+        libraries = [f for f in libraries if "pjrt" in f.name.lower()]
     if len(libraries) != 1:
         return None
     return str(Path(str(libraries[0].locate())).resolve())
 
 
-def find_plugin(spec: str | os.PathLike[str] | None = None) -> str:
+def find_plugin(spec: str | os.PathLike[str] | None = None, *, origin: str | None = None) -> str:
     """Resolve a plugin spec to a ``.so`` path.
 
     A spec is a path to a plugin library; a platform name (``"cpu"``,
@@ -224,17 +227,33 @@ def find_plugin(spec: str | os.PathLike[str] | None = None) -> str:
     build (the first of ``plugins``: no known wrong result first, then
     the newest PJRT API); or the PyPI distribution name of an installed
     plugin (``"xla-cpu-pjrt"``). With no spec, the ``PJRT_PLUGIN``
-    environment variable (any of those), else ``"cpu"``.
+    environment variable (any of those), else ``"cpu"``. Every way of naming
+    a plugin (``Client``, ``pjrt-py run --plugin``, ``pjrt-py test --plugin``)
+    comes here.
+
+    Parameters
+    ----------
+    spec : str or path, optional
+        The plugin, as above.
+    origin : str, optional
+        Where ``spec`` came from (``"--plugin"``), for the error message;
+        ``$PJRT_PLUGIN`` when it came from there.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``spec`` names no installed plugin and no file.
     """
-    if spec is None:
-        spec = os.environ.get("PJRT_PLUGIN") or "cpu"
-    text = os.fspath(spec)
+    if spec is None and os.environ.get("PJRT_PLUGIN"):
+        spec, origin = os.environ["PJRT_PLUGIN"], "$PJRT_PLUGIN"
+    text = os.fspath("cpu" if spec is None else spec)
+    named = f"{text!r}" if origin is None else f"{text!r} (from {origin})"
     if text in PLATFORMS:
         for info in plugins():
             if info.name == text:
                 return info.path
         raise FileNotFoundError(
-            f"no {text!r} PJRT plugin is installed; found: "
+            f"PJRT plugin {named}: no {text} plugin is installed; found: "
             f"{[i.distribution for i in plugins()] or 'none'} (pass a path to a plugin .so, "
             f"a distribution name, or set PJRT_PLUGIN)"
         )
@@ -246,7 +265,7 @@ def find_plugin(spec: str | os.PathLike[str] | None = None) -> str:
         if found is not None:
             return found
     raise FileNotFoundError(
-        f"PJRT plugin {text!r}: no such file or installed plugin distribution (expected a "
+        f"PJRT plugin {named}: no such file or installed plugin distribution (expected a "
         f"path to a .so, one of {list(PLATFORMS)}, or a distribution such as "
         f"{[b.distribution for b in BUILDS if b.platform == 'cpu']})"
     )

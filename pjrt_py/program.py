@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class ArgSpec:
     """One parameter of ``@main``: its name, shape (None dims are dynamic) and
-    dtype, and the ``mhlo.layout_mode`` it asks for, if any (``"{0,1}"``,
-    ``"auto"``; None or ``"default"``: the platform's default layout).
+    dtype, the ``mhlo.layout_mode`` it asks for, if any (``"{0,1}"``,
+    ``"auto"``; None or ``"default"``: the platform's default layout), and
+    the ``mhlo.memory_kind`` it is read from, if any (jax's host offloading:
+    ``"pinned_host"``; None: the device's default memory).
 
     Parameters
     ----------
@@ -41,12 +43,16 @@ class ArgSpec:
     layout : str, optional
         The ``mhlo.layout_mode`` attribute's value; None (default) where the
         text sets none.
+    memory_kind : str, optional
+        The ``mhlo.memory_kind`` attribute's value; None (default) where the
+        text sets none.
     """
 
     name: str
     shape: tuple[int | None, ...] | None  # None: not a tensor (e.g. a token)
     dtype: np.dtype[Any] | None
     layout: str | None = None
+    memory_kind: str | None = None
 
     @property
     def default_layout(self) -> bool:
@@ -140,9 +146,9 @@ def signature_from_shapes(
         if param.dtype is not None and not param.is_tuple and not param.dynamic:
             # The compiled shape is what a call passes: after SPMD partitioning
             # it is one device's share, not the text's global shape.
-            spec = ArgSpec(spec.name, param.dims, param.dtype, spec.layout)
+            spec = replace(spec, shape=param.dims, dtype=param.dtype)
         elif spec.dtype is None and param.dtype is not None and not param.is_tuple:
-            spec = ArgSpec(spec.name, None, param.dtype, spec.layout)
+            spec = replace(spec, shape=None, dtype=param.dtype)
         merged.append(spec)
     return merged
 

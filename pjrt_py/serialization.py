@@ -75,16 +75,21 @@ def plugin_identity(client: Identified) -> dict[str, Any]:
 def _spec_json(spec: ArgSpec) -> list[Any]:
     shape = None if spec.shape is None else list(spec.shape)
     item = [spec.name, shape, None if spec.dtype is None else str(spec.dtype)]
+    if spec.memory_kind is not None:  # the layout mode, then the memory kind
+        return [*item, spec.layout, spec.memory_kind]
     return item if spec.layout is None else [*item, spec.layout]
 
 
 def _spec_from_json(item: Any) -> ArgSpec:
-    name, shape, dtype, *layout = item  # the layout mode, where the program asks for one
+    # The layout mode and memory kind, where the program asks for them.
+    name, shape, dtype, *extra = item
+    layout, memory_kind = (*extra, None, None)[:2]
     return ArgSpec(
         str(name),
         None if shape is None else tuple(None if d is None else int(d) for d in shape),
         None if dtype is None else _DTYPES[dtype],
-        str(layout[0]) if layout else None,
+        None if layout is None else str(layout),
+        None if memory_kind is None else str(memory_kind),
     )
 
 

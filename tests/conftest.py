@@ -1,7 +1,23 @@
-"""Shared fixtures: one real CPU plugin client per session, and small programs."""
+"""Shared fixtures: one real plugin client per session (``$PJRT_PLUGIN``, else
+the CPU plugin), small programs, and capability skips.
+
+A test that needs something not every plugin has (several devices, a memory
+kind, host-readable buffers, zero-copy host buffers, host callbacks, the CPU
+plugin's ``cpu_device_count`` option) says so with a marker, and is skipped
+with a reason naming the capability and what the plugin has. Capabilities are
+read from the client, never from the platform name::
+
+    @pytest.mark.needs_devices(4)
+    @pytest.mark.needs_memory_kinds("pinned_host")
+    @pytest.mark.needs_host_buffers
+    @pytest.mark.needs_zero_copy
+    @pytest.mark.needs_host_callbacks
+    @pytest.mark.needs_cpu_device_count
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -55,9 +71,217 @@ def matmul_chain(n: int, steps: int) -> str:
     return "\n".join(lines)
 
 
+# Dense work repeated %n times, %n given at run time (a data-dependent loop).
+MATMUL_LOOP = """
+func.func @main(%x: tensor<256x256xf32>, %n: tensor<i64>) -> tensor<256x256xf32> {
+  %zero = stablehlo.constant dense<0> : tensor<i64>
+  %one = stablehlo.constant dense<1> : tensor<i64>
+  %r:2 = stablehlo.while(%i = %zero, %y = %x) : tensor<i64>, tensor<256x256xf32>
+    cond {
+      %c = stablehlo.compare LT, %i, %n : (tensor<i64>, tensor<i64>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    } do {
+      %d = stablehlo.dot_general %y, %y, contracting_dims = [1] x [0]
+        : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+      %t = stablehlo.tanh %d : tensor<256x256xf32>
+      %i1 = stablehlo.add %i, %one : tensor<i64>
+      stablehlo.return %i1, %t : tensor<i64>, tensor<256x256xf32>
+    }
+  return %r#1 : tensor<256x256xf32>
+}
+"""
+
+
+@functools.cache
+def slow_work(client: pjrt_py.Client, seconds: float = 0.1) -> Callable[[], pjrt_py.BufferPromise]:
+    """A dispatch of dense work that runs for about ``seconds`` on this plugin.
+
+    "Slow enough" is measured, not assumed: work that takes tens of ms on a
+    CPU ends in microseconds on a GPU. The loop count is calibrated on the
+    client (one run of a few iterations, then one of the estimate)."""
+    import time  # noqa: PLC0415
+
+    import numpy as np  # noqa: PLC0415
+
+    exe = client.compile(MATMUL_LOOP)
+    x = client.buffer(np.eye(256, dtype=np.float32) * 0.5)
+    n = 4
+    for _ in range(3):
+        start = time.perf_counter()
+        exe.execute(x, np.int64(n)).block_until_ready()
+        took = time.perf_counter() - start
+        if took >= seconds:
+            break
+        n = min(int(n * seconds / max(took, 1e-6) * 1.2) + 1, 1 << 30)
+    count = np.int64(n)
+    return lambda: exe.execute_async(x, count)
+
+
+@functools.cache
+def session_client() -> pjrt_py.Client:
+    """The client of the plugin under test: ``$PJRT_PLUGIN``, else the CPU plugin.
+
+    Four devices are asked for where the plugin takes ``cpu_device_count``
+    (the CPU plugin's default too); another plugin has the devices it has.
+    """
+    if accepts_cpu_device_count():
+        return pjrt_py.Client(options={"cpu_device_count": 4})
+    return pjrt_py.Client()
+
+
 @pytest.fixture(scope="session")
 def client() -> pjrt_py.Client:
-    return pjrt_py.Client()
+    return session_client()
+
+
+# -- capabilities -----------------------------------------------------------------
+# Each is read from a client of the plugin under test; the skip says what the
+# test needs and what the plugin has ("needs 4 addressable devices; the cuda
+# plugin has 1").
+
+
+def _plugin(client: pjrt_py.Client) -> str:
+    return f"the {client.platform_name} plugin"
+
+
+@functools.cache
+def accepts_cpu_device_count() -> bool:
+    """Whether the plugin under test takes the ``cpu_device_count`` create option.
+
+    Measured: a client asked for 3 devices has 3 (a plugin that refuses the
+    option, as a GPU plugin does, or ignores it, does not)."""
+    try:
+        probe = pjrt_py.Client(options={"cpu_device_count": 3}, cache_dir=False)
+    except Exception:  # the plugin refuses an option it does not know
+        return False
+    try:
+        return len(probe.addressable_devices) == 3
+    finally:
+        probe.close()
+
+
+def memory_kinds(client: pjrt_py.Client) -> list[str]:
+    """The memory kinds of the client's default device ([] if the plugin cannot say)."""
+    try:
+        return [m.kind for m in client.default_device.memories]
+    except pjrt_py.PjrtError:  # UnsupportedError from an older plugin, and the like
+        return []
+
+
+def host_readable(client: pjrt_py.Client, memory: str | None = None) -> bool:
+    """Whether a buffer (in ``memory``, else the default) is host memory numpy reads in
+    place: its DLPack device is the CPU (kDLCPU)."""
+    import numpy as np  # noqa: PLC0415
+
+    buf = client.buffer(np.zeros(1, np.float32), memory=memory)
+    try:
+        return bool(buf.__dlpack_device__()[0] == 1)
+    finally:
+        buf.delete()
+
+
+@functools.cache
+def _zero_copy(client: pjrt_py.Client) -> str | None:
+    """Why the plugin cannot alias a host array with ``zero_copy=True`` (None: it can)."""
+    import numpy as np  # noqa: PLC0415
+
+    host = pjrt_py.aligned_empty(16, np.float32)
+    try:
+        buf = client.buffer(host, zero_copy=True)
+    except ValueError as e:
+        return str(e)
+    try:
+        if buf.unsafe_pointer() != host.ctypes.data:
+            return "the buffer does not alias the array"
+        return None
+    finally:
+        buf.delete()
+
+
+@functools.cache
+def _host_callbacks(client: pjrt_py.Client) -> str | None:
+    """Why the plugin cannot run Python host callbacks (None: it can)."""
+    from pjrt_py.host_callback import register_callback  # noqa: PLC0415
+
+    try:
+        register_callback("pjrt_py_tests_capability_probe", lambda: None, client=client)
+    except pjrt_py.UnsupportedError as e:
+        return str(e)
+    return None
+
+
+def capability_skip(client: pjrt_py.Client, marker: pytest.Mark) -> str | None:
+    """The reason to skip a test marked ``marker`` on ``client``'s plugin, or None."""
+    name = marker.name
+    if name == "needs_devices":
+        want = int(marker.args[0])
+        have = len(client.addressable_devices)
+        if have < want:
+            return f"needs {want} addressable devices; {_plugin(client)} has {have}"
+    elif name == "needs_memory_kinds":
+        kinds = memory_kinds(client)
+        missing = [k for k in marker.args if k not in kinds]
+        if missing:
+            return (
+                f"needs memory kind(s) {missing}; {_plugin(client)} has {kinds or 'none reported'}"
+            )
+    elif name == "needs_host_buffers":
+        memory = marker.kwargs.get("memory")
+        if memory is not None and memory not in memory_kinds(client):
+            return f"needs memory kind {memory!r}; {_plugin(client)} has {memory_kinds(client)}"
+        if not host_readable(client, memory):
+            where = f"{memory!r} buffers" if memory else "buffers in the default memory"
+            return (
+                f"needs host-readable buffers (DLPack on the CPU); "
+                f"{_plugin(client)}'s {where} are not"
+            )
+    elif name == "needs_zero_copy":
+        why = _zero_copy(client)
+        if why is not None:
+            return f"needs zero-copy host buffers; {_plugin(client)}: {why}"
+    elif name == "needs_host_callbacks":
+        why = _host_callbacks(client)
+        if why is not None:
+            return f"needs Python host callbacks; {_plugin(client)}: {why}"
+    elif name == "needs_cpu_device_count" and not accepts_cpu_device_count():
+        return f"needs the cpu_device_count client option; {_plugin(client)} does not take it"
+    return None
+
+
+def needs_memory_kinds(client: pjrt_py.Client, *kinds: str) -> None:
+    """Skip unless the client's devices have memories of ``kinds`` (for parametrized kinds)."""
+    reason = capability_skip(client, pytest.mark.needs_memory_kinds(*kinds).mark)
+    if reason is not None:
+        pytest.skip(reason)
+
+
+CAPABILITY_MARKERS = {
+    "needs_devices(n)": "needs n addressable devices",
+    "needs_memory_kinds(*kinds)": "needs devices with memories of these kinds",
+    "needs_host_buffers(memory=None)": "needs buffers numpy reads in place (DLPack on the CPU)",
+    "needs_zero_copy": "needs client.buffer(..., zero_copy=True) to alias host arrays",
+    "needs_host_callbacks": "needs Python host callbacks (register_callback)",
+    "needs_cpu_device_count": "needs a plugin that takes the cpu_device_count create option",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for signature, meaning in CAPABILITY_MARKERS.items():
+        config.addinivalue_line("markers", f"{signature}: {meaning} (skipped with a reason)")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marks = [m for m in item.iter_markers() if m.name in _CAPABILITY_NAMES]
+    if not marks:
+        return
+    client = session_client()
+    for mark in marks:
+        reason = capability_skip(client, mark)
+        if reason is not None:
+            pytest.skip(reason)
+
+
+_CAPABILITY_NAMES = {s.split("(")[0] for s in CAPABILITY_MARKERS}
 
 
 @pytest.fixture(scope="session")

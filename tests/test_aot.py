@@ -250,6 +250,7 @@ def test_deserialize_rejects_non_bytes(client: pjrt_py.Client) -> None:
         client.deserialize("not bytes")  # type: ignore[arg-type]
 
 
+@pytest.mark.needs_cpu_device_count  # a second client with another device count
 def test_an_executable_from_another_device_set_is_refused(client: pjrt_py.Client) -> None:
     data = client.compile(ADD_F32_8).serialize()
     two = pjrt_py.Client(options={"cpu_device_count": 2})

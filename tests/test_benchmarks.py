@@ -155,6 +155,8 @@ def test_suite_measures_what_the_issue_asks(suite: tuple[Path, str]) -> None:
     ]
 
 
+@pytest.mark.needs_host_buffers  # numpy, torch and jax views of buffers
+@pytest.mark.needs_zero_copy
 def test_suite_measures_interop_as_the_issue_asks(suite: tuple[Path, str]) -> None:
     docs, stdout = suite
     report = json.loads((docs / "performance" / "results.json").read_text())["interop"]
@@ -230,6 +232,7 @@ def test_suite_regenerates_performance_md_and_plots(suite: tuple[Path, str]) -> 
         assert f"performance/{name}.png" in text
 
 
+@pytest.mark.needs_host_callbacks
 def test_suite_measures_a_host_callback_round_trip(suite: tuple[Path, str]) -> None:
     docs, _ = suite
     report = json.loads((docs / "performance" / "results.json").read_text())["callbacks"]

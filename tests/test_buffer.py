@@ -86,6 +86,7 @@ def test_mutating_the_source_after_buffer_async_does_not_change_the_buffer(
         np.testing.assert_array_equal(promise.value().to_numpy(), np.ones(n, np.float32))
 
 
+@pytest.mark.needs_zero_copy
 def test_zero_copy_aliases_the_array_and_keeps_it_alive(client: pjrt_py.Client) -> None:
     import gc
     import weakref
@@ -105,6 +106,7 @@ def test_zero_copy_aliases_the_array_and_keeps_it_alive(client: pjrt_py.Client) 
     assert base() is None
 
 
+@pytest.mark.needs_host_buffers  # staged in host memory the buffer then is
 def test_large_copies_are_staged_privately_and_freed_with_the_buffer(
     client: pjrt_py.Client,
 ) -> None:
@@ -123,6 +125,7 @@ def test_large_copies_are_staged_privately_and_freed_with_the_buffer(
     assert _runtime.pending_holds() == holds  # released by PJRT's callback, no sweep
 
 
+@pytest.mark.needs_host_buffers  # read in place, with no PJRT copy
 def test_small_ready_results_are_read_at_once(client: pjrt_py.Client, add_exe) -> None:  # type: ignore[no-untyped-def]
     x = np.arange(8, dtype=np.float32)
     out = add_exe.execute(x, x)
@@ -159,6 +162,7 @@ def test_direct_reads_and_deletes_from_other_threads_do_not_race(
     assert not errors, errors
 
 
+@pytest.mark.needs_zero_copy  # elsewhere zero_copy is refused whatever the array
 def test_zero_copy_refuses_what_it_cannot_alias(client: pjrt_py.Client) -> None:
     x = pjrt_py.aligned_empty((65,), np.uint8)
     with pytest.raises(ValueError, match="aligned"):

@@ -32,12 +32,14 @@ def test_info_lists_plugins_versions_and_devices() -> None:
             assert f"known wrong result: {defect}" in result.stdout
         for edge in info.edge_cases:
             assert f"differs from jax.jit (edge inputs, ulps): {edge}" in result.stdout
-    # Memory spaces and DLPack views: the same on every CPU build (docs/interop.md).
+    # Memory spaces and DLPack views: the same on every CPU build (docs/interop.md);
+    # another platform's plugin, installed beside them, reports its own.
     memories = (
         "memories per device: device (default), pinned_host, unpinned_host; "
         "copy_to_memory: yes; DLPack import without copies: yes"
     )
-    assert result.stdout.count(memories) == len(pjrt_py_lib.plugins())
+    cpu_builds = [i for i in pjrt_py_lib.plugins() if i.name == "cpu"]
+    assert result.stdout.count(memories) >= len(cpu_builds)
 
 
 def test_smoke_runs_every_plugin() -> None:

@@ -51,11 +51,11 @@ def _bytecode(text: str) -> bytes:
         return bytes(mlir.module_to_bytecode(ir.Module.parse(text)))
 
 
-def test_bytecode_program_honours_its_replica_count() -> None:
+@pytest.mark.needs_devices(4)
+def test_bytecode_program_honours_its_replica_count(client: pjrt_py.Client) -> None:
     pytest.importorskip("jax", reason="jax's MLIR bindings write the bytecode")
     from test_sharded import ALL_REDUCE_4
 
-    client = pjrt_py.Client()
     exe = client.compile(_bytecode(ALL_REDUCE_4))
     assert exe.num_replicas == 4  # mhlo.num_replicas = 4, read from the bytecode
     shards = [[np.full(3, i, np.float32)] for i in range(4)]

@@ -297,6 +297,42 @@ def test_bad_arguments_exit_non_zero(tmp_path: Path) -> None:
     assert plugin.returncode == 1 and "no-such-plugin" in plugin.stderr
 
 
+def test_plugin_names_are_read_as_pjrt_py_run_reads_them(tmp_path: Path) -> None:
+    # One resolver (pjrt_py.plugin.find_plugin) for `test --plugin`, `run
+    # --plugin` and Client: a platform name, a distribution name, a path.
+    from pjrt_py.conformance import targets
+
+    cpu = pjrt_py.plugin.find_plugin("cpu")
+    build = next(i for i in pjrt_py.plugins() if i.path == cpu)
+    for spec in ("cpu", build.distribution, cpu):
+        assert spec is not None
+        assert [t.path for t in targets.resolve([spec], False)] == [cpu], spec
+    one = write(tmp_path, {"add_f32.mlir": GOOD})
+    result = pjrt_py_test(str(one), "--plugin", "cpu", "-j", "1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert cpu in result.stdout
+
+
+@pytest.mark.parametrize("how", ["--plugin", "$PJRT_PLUGIN"])
+def test_an_unknown_plugin_name_says_where_it_came_from(how: str) -> None:
+    if how == "--plugin":
+        result = pjrt_py_test(str(EXAMPLES), "--plugin", "no-such-plugin")
+    else:
+        result = pjrt_py_test(str(EXAMPLES), env={"PJRT_PLUGIN": "no-such-plugin"})
+    assert result.returncode == 1
+    assert f"PJRT plugin 'no-such-plugin' (from {how})" in result.stderr, result.stderr
+    run = subprocess.run(
+        [sys.executable, "-m", "pjrt_py", "run", str(EXAMPLES / "add_f32.mlir")]
+        + (["--plugin", "no-such-plugin"] if how == "--plugin" else []),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **({"PJRT_PLUGIN": "no-such-plugin"} if how != "--plugin" else {})},
+    )
+    assert run.returncode == 1
+    assert f"PJRT plugin 'no-such-plugin' (from {how})" in run.stderr, run.stderr
+
+
 ZYGOTE_RUN = """
 import json, sys
 from pjrt_py.conformance import runner, targets

@@ -24,6 +24,10 @@ torch = pytest.importorskip("torch", reason="torch (CPU build, in the test extra
 jax = pytest.importorskip("jax", reason="jax (in the test extra) is not installed")
 jnp = jax.numpy
 
+# numpy, torch (CPU) and jax (CPU) read a buffer in place, and pjrt_py views
+# their arrays in place, only where the plugin's buffers are host memory.
+pytestmark = pytest.mark.needs_host_buffers
+
 DONATE_X = """
 func.func @main(%x: tensor<8xf32> {tf.aliasing_output = 0 : i32},
                 %y: tensor<8xf32>) -> tensor<8xf32> {
@@ -428,6 +432,7 @@ def test_execute_takes_jax_and_torch_arrays(client: pjrt_py.Client) -> None:
         exe.execute(x, torch.ones(8, dtype=torch.complex32))
 
 
+@pytest.mark.needs_devices(2)
 def test_execute_sharded_takes_foreign_arrays(client: pjrt_py.Client) -> None:
     devices = client.addressable_devices[:2]
     exe = client.compile(ADD_F32_8, num_replicas=2, device_assignment=[[d] for d in devices])
@@ -486,6 +491,7 @@ def test_a_pending_jax_result_is_read_when_ready(client: pjrt_py.Client) -> None
 # ---- foreign arguments on the native dispatch path -----------------------------------
 
 
+@pytest.mark.needs_devices(3)
 def test_aligned_foreign_arguments_take_the_native_path(
     client: pjrt_py.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:

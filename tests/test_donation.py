@@ -81,6 +81,7 @@ def test_non_donatable_takes_only_a_sequence_of_indices(
     assert not x.is_deleted
 
 
+@pytest.mark.needs_zero_copy
 def test_zero_copy_input_is_never_donated(client: pjrt_py.Client, donate_x) -> None:
     host = pjrt_py.aligned_empty((8,), np.float32)
     host[:] = 1

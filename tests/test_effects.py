@@ -49,6 +49,7 @@ def test_runtime_token_form_of_a_program() -> None:
         pjrt_py.with_runtime_token(text)
 
 
+@pytest.mark.needs_devices(2)  # slow work on one device, fast on another
 def test_ordered_executions_finish_in_program_order_across_devices(
     client: pjrt_py.Client, progs
 ) -> None:
@@ -71,6 +72,7 @@ def test_ordered_executions_finish_in_program_order_across_devices(
     assert dispatched < 0.5
 
 
+@pytest.mark.needs_devices(2)  # slow work on one device, fast on another
 def test_unordered_fast_execution_can_finish_first(client: pjrt_py.Client, progs) -> None:
     for _ in range(ATTEMPTS):
         x, y = slow_input(client), small(client)
@@ -84,6 +86,7 @@ def test_unordered_fast_execution_can_finish_first(client: pjrt_py.Client, progs
     slow.value()
 
 
+@pytest.mark.needs_devices(2)  # slow work on one device, fast on another
 def test_effects_barrier_waits_for_every_earlier_execution(client: pjrt_py.Client, progs) -> None:
     no_outputs = client.compile(
         "func.func @main(%x: tensor<600x600xf32>) -> () {\n  return\n}", device=client.devices[0]
@@ -99,6 +102,7 @@ def test_effects_barrier_waits_for_every_earlier_execution(client: pjrt_py.Clien
     assert promises[-1].value() is None
 
 
+@pytest.mark.needs_devices(2)  # slow work on one device, fast on another
 def test_barrier_covers_executions_whose_outputs_were_dropped(
     client: pjrt_py.Client, progs
 ) -> None:
@@ -118,6 +122,7 @@ def test_ordered_execution_without_outputs(client: pjrt_py.Client) -> None:
     assert promise.value() is None and promise.is_ready()
 
 
+@pytest.mark.needs_devices(2)  # slow work on one device, fast on another
 def test_tokens_are_per_thread(client: pjrt_py.Client, progs) -> None:
     # Another thread's slow ordered execution does not hold back this one's.
     for _ in range(ATTEMPTS):
@@ -144,6 +149,7 @@ def test_tokens_are_per_thread(client: pjrt_py.Client, progs) -> None:
     box[0].value()
 
 
+@pytest.mark.needs_devices(2)  # slow work on one device, fast on another
 def test_compile_ordered_makes_every_execution_ordered(client: pjrt_py.Client) -> None:
     d0, d1 = client.devices[:2]
     slow = client.compile(SLOW, device=d0, ordered=True)

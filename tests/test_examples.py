@@ -50,6 +50,7 @@ def test_async_pipeline_example_runs() -> None:
         assert section in result.stdout, result.stdout
 
 
+@pytest.mark.needs_cpu_device_count  # the script asks a CPU client for its 4 devices
 def test_data_parallel_sgd_example_runs() -> None:
     # The script asserts its own results: 4 replicas equal, a 1-device run and numpy.
     result = subprocess.run(
@@ -63,7 +64,13 @@ def test_async_doc_has_code_blocks() -> None:
     assert len(python_blocks(ASYNC_DOC)) >= 2
 
 
-@pytest.mark.parametrize("index", range(len(python_blocks(ASYNC_DOC))))
+@pytest.mark.parametrize(
+    "index",
+    [
+        pytest.param(i, marks=[pytest.mark.needs_zero_copy] if "zero_copy=True" in code else [])
+        for i, code in enumerate(python_blocks(ASYNC_DOC))
+    ],
+)
 def test_async_doc_code_block_runs(index: int) -> None:
     code = python_blocks(ASYNC_DOC)[index]
     namespace: dict[str, object] = {"__name__": f"async_md_block_{index}"}
@@ -78,11 +85,23 @@ def test_async_doc_code_block_runs(index: int) -> None:
     ("doc", "min_blocks"),
     [
         (AOT_DOC, 6),
-        (DEVICES_DOC, 4),
-        (EFFECTS_DOC, 3),
+        pytest.param(
+            DEVICES_DOC,
+            4,
+            marks=[pytest.mark.needs_devices(4), pytest.mark.needs_memory_kinds("pinned_host")],
+        ),
+        pytest.param(EFFECTS_DOC, 3, marks=pytest.mark.needs_devices(2)),
         (LIFETIMES_DOC, 5),
-        (INTEROP_DOC, 10),
-        (CALLBACKS_DOC, 4),
+        pytest.param(
+            INTEROP_DOC,
+            10,
+            marks=[  # views of host memory, and the CPU builds' memories
+                pytest.mark.needs_host_buffers,
+                pytest.mark.needs_zero_copy,
+                pytest.mark.needs_memory_kinds("device", "pinned_host", "unpinned_host"),
+            ],
+        ),
+        pytest.param(CALLBACKS_DOC, 4, marks=pytest.mark.needs_host_callbacks),
         (DISTRIBUTED_DOC, 1),
         (DYNAMIC_DOC, 2),
         (TRACING_DOC, 2),

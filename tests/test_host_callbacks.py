@@ -17,6 +17,9 @@ from conftest import in_threads, matmul_chain, run_python
 import pjrt_py
 from pjrt_py import host_callback
 
+# Every test here runs Python host callbacks.
+pytestmark = pytest.mark.needs_host_callbacks
+
 
 def mlir(dtype: Any, shape: tuple[int, ...]) -> str:
     element = {

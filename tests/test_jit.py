@@ -186,6 +186,7 @@ def test_calls_return_before_the_work_is_done() -> None:
     assert pending
 
 
+@pytest.mark.needs_host_callbacks
 def test_functions_with_host_callbacks_run(capfd: pytest.CaptureFixture[str]) -> None:
     # Callbacks in depth: tests/test_host_callbacks.py.
     def noisy(x):  # type: ignore[no-untyped-def]

@@ -17,6 +17,9 @@ jax = pytest.importorskip("jax", reason="pjrt_py.jit traces with jax (in the tes
 jnp = jax.numpy
 io_callback = jax.experimental.io_callback
 
+# Every test here runs Python host callbacks.
+pytestmark = pytest.mark.needs_host_callbacks
+
 
 @pytest.fixture(autouse=True)
 def _quiet_jax() -> None:

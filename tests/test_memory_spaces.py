@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import ADD_F32_8, installed_build, run_python
+from conftest import ADD_F32_8, installed_build, needs_memory_kinds, run_python
 
 import pjrt_py
 
@@ -15,23 +15,29 @@ CPU_KINDS = ["device", "pinned_host", "unpinned_host"]
 
 
 def test_each_device_reports_its_memories(client: pjrt_py.Client) -> None:
+    # What any plugin reports; the CPU builds' own list is checked below
+    # (test_every_cpu_build_offers_the_same_memories).
+    kinds = [m.kind for m in client.default_device.memories]
     for device in client.addressable_devices:
         memories = device.memories
-        assert [m.kind for m in memories] == CPU_KINDS
-        assert device.default_memory is memories[0]
+        assert [m.kind for m in memories] == kinds
+        assert len(set(kinds)) == len(kinds)
+        assert device.default_memory in memories
         for m in memories:
             assert m.devices == [device]
             assert m.kind_id is not None
             assert m.kind in repr(m) and m.debug_string
-        assert device.memory("pinned_host") is memories[1]
+            assert device.memory(m.kind) is m
     every = client.memories
-    assert len(every) == len(CPU_KINDS) * len(client.addressable_devices)
+    assert len(every) == len(kinds) * len(client.addressable_devices)
     assert len({m.id for m in every}) == len(every)
-    assert {m.kind for m in every} == set(CPU_KINDS)
+    assert {m.kind for m in every} == set(kinds)
 
 
+@pytest.mark.needs_devices(2)
 @pytest.mark.parametrize("kind", CPU_KINDS)
 def test_buffers_placed_in_each_memory(client: pjrt_py.Client, kind: str) -> None:
+    needs_memory_kinds(client, kind)
     x = np.arange(64, dtype=np.float32)
     device = client.addressable_devices[1]
     buf = client.buffer(x, device, memory=kind)
@@ -43,6 +49,8 @@ def test_buffers_placed_in_each_memory(client: pjrt_py.Client, kind: str) -> Non
     assert client.buffer(x).memory is client.default_device.default_memory
 
 
+@pytest.mark.needs_devices(3)
+@pytest.mark.needs_memory_kinds(*CPU_KINDS)
 def test_copies_between_memories_keep_the_data(client: pjrt_py.Client) -> None:
     x = np.random.default_rng(3).standard_normal(1000)
     buf = client.buffer(x)
@@ -58,16 +66,65 @@ def test_copies_between_memories_keep_the_data(client: pjrt_py.Client) -> None:
     assert moved.device == client.addressable_devices[2]
 
 
-def test_host_memory_buffers_are_arguments_and_dlpack_sources(client: pjrt_py.Client) -> None:
+@pytest.mark.parametrize("form", ["execute", "execute_async", "execute_sharded"])
+@pytest.mark.parametrize("kind", ["pinned_host", "unpinned_host"])
+def test_an_argument_in_another_memory_is_refused_before_dispatch(
+    client: pjrt_py.Client, kind: str, form: str
+) -> None:
+    # Decision (docs/devices.md): no implicit copy between memories; a GPU
+    # plugin would fail the call inside it (RuntimeProgramInputMismatch).
+    needs_memory_kinds(client, kind)
     exe = client.compile(ADD_F32_8)
-    pinned = client.buffer(np.arange(8, dtype=np.float32), memory="pinned_host")
-    out = exe.execute(pinned, pinned)
-    np.testing.assert_array_equal(out.to_numpy(), 2 * np.arange(8))
+    x = np.arange(8, dtype=np.float32)
+    other = client.buffer(x, memory=kind)
+    here = client.buffer(x)
+    message = f"argument 1 is in '{kind}' memory; the program reads it from 'device' memory"
+    with pytest.raises(ValueError, match=f"{message} .*copy_to_memory"):
+        if form == "execute_sharded":
+            exe.execute_sharded([[here, other]])
+        else:
+            getattr(exe, form)(here, other)
+    moved = other.copy_to_memory(client.default_device.default_memory)
+    out = exe.execute(here, moved)
+    np.testing.assert_array_equal(out.to_numpy(), 2 * x)
     assert out.memory.kind == "device"
+
+
+HOST_PARAMETER = """
+func.func @main(%x: tensor<8xf32> {mhlo.memory_kind = "pinned_host"}, %y: tensor<8xf32>)
+    -> tensor<8xf32> {
+  %0 = stablehlo.add %x, %y : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+"""
+
+
+@pytest.mark.needs_memory_kinds("pinned_host")
+def test_a_parameter_with_a_memory_kind_is_read_from_that_memory(client: pjrt_py.Client) -> None:
+    # jax's host offloading marks a parameter {mhlo.memory_kind = "pinned_host"}.
+    exe = client.compile(HOST_PARAMETER)
+    assert [s.memory_kind for s in exe.input_signature] == ["pinned_host", None]
+    x = np.arange(8, dtype=np.float32)
+    pinned, here = client.buffer(x, memory="pinned_host"), client.buffer(x)
+    np.testing.assert_array_equal(exe.execute(pinned, here).to_numpy(), 2 * x)
+    np.testing.assert_array_equal(exe.execute(x, x).to_numpy(), 2 * x)  # numpy goes there
+    with pytest.raises(ValueError, match="argument 0 is in 'device' memory; .* 'pinned_host'"):
+        exe.execute_async(here, here)
+    with pytest.raises(ValueError, match="argument 1 is in 'pinned_host' memory; .* 'device'"):
+        exe.execute(pinned, pinned)
+    again = client.deserialize(exe.serialize())
+    assert [s.memory_kind for s in again.input_signature] == ["pinned_host", None]
+
+
+@pytest.mark.needs_host_buffers(memory="pinned_host")
+def test_host_memory_buffers_are_dlpack_sources(client: pjrt_py.Client) -> None:
+    pinned = client.buffer(np.arange(8, dtype=np.float32), memory="pinned_host")
     view = np.from_dlpack(pinned)
     assert view.ctypes.data == pinned.unsafe_pointer()
 
 
+@pytest.mark.needs_devices(2)
+@pytest.mark.needs_memory_kinds("pinned_host")
 def test_bad_memories_are_refused(client: pjrt_py.Client) -> None:
     device0, device1 = client.addressable_devices[:2]
     x = np.ones(4, np.float32)

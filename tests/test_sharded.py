@@ -36,10 +36,12 @@ func.func public @main(%x: tensor<2xi32>) -> (tensor<8xi32>, tensor<2xi32>) {
 """
 
 
+# Programs over four replicas or partitions: every test here needs four devices.
+pytestmark = pytest.mark.needs_devices(4)
+
+
 @pytest.fixture(scope="module")
-def four() -> pjrt_py.Client:
-    client = pjrt_py.Client(options={"cpu_device_count": 4})
-    assert len(client.devices) == 4
+def four(client: pjrt_py.Client) -> pjrt_py.Client:
     return client
 
 
@@ -117,6 +119,7 @@ def test_bad_replica_requests_never_reach_the_plugin(four: pjrt_py.Client) -> No
         four.compile(ALL_REDUCE_4, device_assignment=[[0], [1], [2], [2]])
 
 
+@pytest.mark.needs_cpu_device_count  # jax's CPU mesh of four, compiled for four CPU devices
 def test_jax_named_sharding_program_matches_jax() -> None:
     # jax needs 4 host devices, set before it starts: a subprocess.
     code = textwrap.dedent(

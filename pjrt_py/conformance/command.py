@@ -11,6 +11,11 @@ from . import cases, report, runner, targets
 DEFAULT_TIMEOUT = 60.0
 
 
+# What --plugin takes, here and in ``pjrt-py run`` (both resolve it with
+# pjrt_py.plugin.find_plugin).
+PLUGIN_HELP = "a platform name (cpu, cuda), an installed plugin distribution or a plugin .so path"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``test`` subcommand's options."""
     parser.add_argument("paths", nargs="+", metavar="PATH", help=".mlir files or directories")
@@ -18,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plugin",
         action="append",
         default=[],
-        help="a plugin .so path, a platform name (cpu) or a distribution name (repeat)",
+        help=PLUGIN_HELP + " (repeat; default: $PJRT_PLUGIN, else cpu)",
     )
     parser.add_argument(
         "--all-plugins", action="store_true", help="every plugin pjrt_py.plugins() finds"

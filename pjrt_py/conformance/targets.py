@@ -1,11 +1,13 @@
 """Which plugin builds a conformance run uses, and their labels.
 
-``--plugin`` takes a ``.so`` path, a platform name (``cpu``: the first
-plugin ``pjrt_py.plugins`` finds for it) or an installed distribution's
-name (``lammps-jax-pjrt-cpu``: the PJRT plugin file that distribution
-installed). ``--all-plugins`` takes every plugin ``pjrt_py.plugins``
-finds. Each build is labelled by its distribution name where one is known,
-else by its file name.
+``--plugin`` takes what ``pjrt-py run --plugin`` and ``Client`` take, read
+by the one resolver, ``pjrt_py.plugin.find_plugin``: a ``.so`` path, a
+platform name (``cpu``, ``cuda``: that platform's default build) or an
+installed distribution's name (``lammps-jax-pjrt-cpu``: the PJRT plugin file
+that distribution installed). With none, ``$PJRT_PLUGIN``, else ``cpu``.
+``--all-plugins`` takes every plugin ``pjrt_py.plugins`` finds. Each build
+is labelled by its distribution name where one is known, else by its file
+name.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..plugin import plugins
+from ..plugin import find_plugin, plugins
 
 
 @dataclass(frozen=True)
@@ -36,10 +38,6 @@ def _distribution_files(name: str) -> list[Path]:
     except metadata.PackageNotFoundError:
         return []
     return [Path(str(dist.locate_file(f))).resolve() for f in dist.files or []]
-
-
-def _is_plugin_file(path: Path) -> bool:
-    return path.suffix == ".so" and "pjrt" in path.name.lower() and path.is_file()
 
 
 def distribution_of(path: str) -> str | None:
@@ -75,37 +73,16 @@ def resolve(specs: list[str], all_plugins: bool) -> list[Target]:
 
     Raises
     ------
-    ValueError
+    FileNotFoundError
         For a spec that names no plugin found on this machine.
     """
     paths: list[str] = []
     if all_plugins:
         paths += [info.path for info in plugins()]
     for spec in specs:
-        paths.append(_resolve_one(spec))
+        paths.append(find_plugin(spec, origin="--plugin"))
     if not paths:
-        paths.append(_resolve_one("cpu"))
+        paths.append(find_plugin())  # $PJRT_PLUGIN, else cpu
     unique = list(dict.fromkeys(str(Path(p).resolve()) for p in paths))
     taken: set[str] = set()
     return [Target(_label(p, taken), p) for p in unique]
-
-
-def _resolve_one(spec: str) -> str:
-    if Path(spec).is_file():
-        return str(Path(spec).resolve())
-    found = plugins()
-    for info in found:
-        if info.name == spec:
-            return info.path
-    for info in found:
-        known = getattr(info, "distribution", None)
-        if isinstance(known, str) and _normalise(known) == _normalise(spec):
-            return info.path
-    candidates = [p for p in _distribution_files(spec) if _is_plugin_file(p)]
-    if candidates:
-        return str(candidates[0])
-    raise ValueError(
-        f"--plugin {spec!r}: not a plugin file, a platform name "
-        f"({', '.join(sorted({i.name for i in found})) or 'none found'}) "
-        "or an installed distribution that ships a PJRT plugin"
-    )
