@@ -131,7 +131,8 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     for i, array in enumerate(arrays):
         if args.output:
-            np.save(args.output[i], array)
+            with open(args.output[i], "wb") as f:  # np.save(name) would add ".npy"
+                np.save(f, array)
             print(f"output {i}: {array.dtype}{list(array.shape)} -> {args.output[i]}")
         else:
             print(f"output {i}: {array.dtype}{list(array.shape)}")

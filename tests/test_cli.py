@@ -79,6 +79,21 @@ def test_run_with_npy_inputs_and_outputs(tmp_path: Path) -> None:
     )
     assert printed.returncode == 0
     assert "output 0: float32[8]" in printed.stdout and "7.5]" in printed.stdout
+    # -o names the file written, suffix or not (np.save would add ".npy").
+    bare = tmp_path / "result"
+    named = pjrt_py(
+        "run",
+        str(program),
+        "-i",
+        str(tmp_path / "x.npy"),
+        "-i",
+        str(tmp_path / "y.npy"),
+        "-o",
+        str(bare),
+    )
+    assert named.returncode == 0, named.stderr
+    assert not (tmp_path / "result.npy").exists()
+    np.testing.assert_array_equal(np.load(bare), x + y)
 
 
 def test_run_reports_errors_cleanly(tmp_path: Path) -> None:

@@ -292,7 +292,7 @@ def test_bad_arguments_exit_non_zero(tmp_path: Path) -> None:
     missing = pjrt_py_test(str(tmp_path / "nope"))
     assert missing.returncode == 1 and "no such file" in missing.stderr
     empty = pjrt_py_test(str(write(tmp_path / "empty", {})))
-    assert empty.returncode == 1
+    assert empty.returncode == 1 and "no .mlir cases under" in empty.stdout
     plugin = pjrt_py_test(str(EXAMPLES), "--plugin", "no-such-plugin")
     assert plugin.returncode == 1 and "no-such-plugin" in plugin.stderr
 
@@ -437,3 +437,37 @@ def test_a_runner_killed_outright_leaves_no_worker_behind(tmp_path: Path) -> Non
     while _live(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _live(proc.pid) == []
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--timeout", "nan", "positive, finite"),  # ran no file and exited 0, before
+        ("--timeout", "inf", "positive, finite"),
+        ("--timeout", "-5", "positive, finite"),
+        ("--timeout", "soon", "takes seconds"),
+        ("-j", "-1", "at least 1"),  # an IndexError, before
+        ("-j", "0", "at least 1"),
+        ("-j", "2.5", "whole number"),
+    ],
+)
+def test_numeric_options_are_refused_by_name(option: str, value: str, message: str) -> None:
+    result = pjrt_py_test(str(EXAMPLES), option, value)
+    assert result.returncode == 2 and message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_workers_never_outnumber_the_files(tmp_path: Path) -> None:
+    # -j 100000 on a directory started 100000 workers (358 processes after 20 s).
+    cases = write(tmp_path / "cases", {"good.mlir": GOOD})
+    result = pjrt_py_test(str(cases), "-j", "100000", "--timeout", "60")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_junit_names_with_control_characters_stay_valid_xml(tmp_path: Path) -> None:
+    cases = write(tmp_path / "cases", {"bell\x07and\x1bescape.mlir": GOOD})
+    junit = tmp_path / "junit.xml"
+    result = pjrt_py_test(str(cases), "--junit", str(junit))
+    assert result.returncode == 0, result.stdout + result.stderr
+    (case,) = ET.parse(junit).getroot().iter("testcase")
+    assert case.get("name", "").endswith("bell\\x07and\\x1bescape.mlir")

@@ -16,6 +16,33 @@ DEFAULT_TIMEOUT = 60.0
 PLUGIN_HELP = "a platform name (cpu, cuda), an installed plugin distribution or a plugin .so path"
 
 
+# Workers per plugin build at most, whatever -j asks: each is a process
+# with a plugin loaded.
+MAX_JOBS = 4 * (os.cpu_count() or 1)
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"-j takes a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"-j must be at least 1, got {value}")
+    return value
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timeout takes seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):  # nan fails this too
+        raise argparse.ArgumentTypeError(
+            f"--timeout must be a positive, finite number of seconds, got {text!r}"
+        )
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``test`` subcommand's options."""
     parser.add_argument("paths", nargs="+", metavar="PATH", help=".mlir files or directories")
@@ -31,13 +58,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "-j",
         "--jobs",
-        type=int,
+        type=_jobs,
         default=os.cpu_count() or 1,
-        help="worker processes per plugin (default: the CPU count)",
+        help=f"worker processes per plugin (default: the CPU count; at most one per file "
+        f"and {MAX_JOBS})",
     )
     parser.add_argument(
         "--timeout",
-        type=float,
+        type=_timeout,
         default=DEFAULT_TIMEOUT,
         help=f"seconds per case, compile included (default {DEFAULT_TIMEOUT:g})",
     )
@@ -53,20 +81,25 @@ def run_command(args: argparse.Namespace) -> int:
     chosen = targets.resolve(args.plugin, args.all_plugins)
     labels = [t.label for t in chosen]
     # The workers start first, so their plugins load while the files are found;
-    # no more than there are files when the paths are all files.
+    # no more than there are files when the paths are all files, and never
+    # more than MAX_JOBS (runner.run trims the pool to the files found).
     named = len(args.paths) if all(os.path.isfile(p) for p in args.paths) else args.jobs
+    jobs = min(args.jobs, MAX_JOBS)
     # With the JSON on stdout, everything for people goes to stderr.
     human = sys.stderr if args.json == "-" else sys.stdout
     try:
-        with runner.Pool(chosen, max(1, min(args.jobs, named))) as pool:
+        with runner.Pool(chosen, max(1, min(jobs, named))) as pool:
             paths = [str(p) for p in cases.discover(args.paths)]
             progress = report.Progress(len(paths) * len(chosen), human, args.verbose)
-            results, versions = runner.run(paths, chosen, args.jobs, args.timeout, progress, pool)
+            results, versions = runner.run(paths, chosen, jobs, args.timeout, progress, pool)
             progress.finish()
     except KeyboardInterrupt:  # the pool has killed every worker on its way out
         human.write("\ninterrupted: no report written\n")
         human.flush()
         return 130
+    if not paths:
+        human.write(f"no .mlir cases under {', '.join(args.paths)}: nothing was run\n")
+        return 1
     human.write(f"\n{len(paths)} file(s) on {len(chosen)} plugin build(s)\n")
     human.write(report.summary(results, labels, versions))
     for target in chosen:
@@ -80,4 +113,4 @@ def run_command(args: argparse.Namespace) -> int:
         with open(args.junit, "w") as f:
             report.write_junit(results, labels, versions, f)
     failed = any(r.status in runner.FAILING for r in results)
-    return 1 if failed or not paths else 0
+    return 1 if failed else 0

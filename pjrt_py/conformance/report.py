@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import IO, Any
@@ -147,5 +148,19 @@ def write_junit(
                 ET.SubElement(case, "error", message=r.message, type=r.status).text = text
             elif r.status == "unsupported":
                 ET.SubElement(case, "skipped", message=r.message)
+    for element in root.iter():  # XML 1.0 cannot hold most control characters
+        element.attrib = {k: xml_text(v) for k, v in element.attrib.items()}
+        if element.text:
+            element.text = xml_text(element.text)
     ET.indent(root)
     out.write(ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n")
+
+
+# Characters XML 1.0 does not allow, even escaped: C0 controls but tab, newline
+# and carriage return, lone surrogates, and U+FFFE / U+FFFF.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(text: str) -> str:
+    """``text`` with what XML cannot hold written as ``\\xNN`` / ``\\uNNNN``, readably."""
+    return _NOT_XML.sub(lambda m: ascii(m.group())[1:-1], text)
