@@ -8,6 +8,7 @@ pjrt-py run FILE.mlir [-i x.npy ...] [-o out.npy ...] [--plugin P]
 from __future__ import annotations
 
 import argparse
+import contextlib
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ func.func @main(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
 
 
 def _info(_: argparse.Namespace) -> int:
-    from . import Client, load_plugin, plugins
+    from . import Client, load_plugin, plugins, program_form
 
     found = plugins()
     if not found:
@@ -49,6 +50,11 @@ def _info(_: argparse.Namespace) -> int:
             print(f"  PJRT API {plugin.version_text}")
             for key, value in sorted(plugin.attributes.items()):
                 print(f"  {key} = {value}")
+            print(f"  programs reach it as {program_form.describe(plugin)}")
+            extensions = plugin.extensions
+            print(f"  extensions: {', '.join(extensions) or 'none'}")
+            if "profiler" not in extensions:
+                print("  traces: host spans only (no PJRT profiler extension for device activity)")
             client = Client(plugin)
             print(f"  platform {client.platform_name} ({client.platform_version})")
             for device in client.devices:
@@ -116,16 +122,18 @@ def _smoke(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from . import Client
     from .plugin import find_plugin
+    from .tracing import trace
 
     with open(args.program) as f:
         program = f.read()
     # The resolver `pjrt-py test --plugin` uses too, so the two take the same names.
     client = Client(None if args.plugin is None else find_plugin(args.plugin, origin="--plugin"))
-    exe = client.compile(program, isolate=True)  # a compiler crash is an error, not a death
-    inputs = [np.load(path) for path in args.input]
-    result = exe.execute(*inputs)
-    outputs = [] if result is None else list(result) if isinstance(result, tuple) else [result]
-    arrays = [b.to_numpy() for b in outputs]
+    with trace(args.trace) if args.trace else contextlib.nullcontext():
+        exe = client.compile(program, isolate=True)  # a compiler crash is an error, not a death
+        inputs = [np.load(path) for path in args.input]
+        result = exe.execute(*inputs)
+        outputs = [] if result is None else list(result) if isinstance(result, tuple) else [result]
+        arrays = [b.to_numpy() for b in outputs]
     if args.output and len(args.output) != len(arrays):
         print(f"error: {len(arrays)} output(s) but {len(args.output)} -o path(s)", file=sys.stderr)
         return 2
@@ -157,6 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("program", help="a .mlir text file with a @main function")
     run.add_argument("-i", "--input", action="append", default=[], help=".npy input (repeat)")
     run.add_argument("-o", "--output", action="append", default=[], help=".npy output (repeat)")
+    run.add_argument(
+        "--trace", metavar="FILE", help="write a Chrome trace (Perfetto) of the run's spans"
+    )
     from .conformance.command import PLUGIN_HELP, add_arguments
 
     run.add_argument("--plugin", help=PLUGIN_HELP + " (default: $PJRT_PLUGIN, else cpu)")

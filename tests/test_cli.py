@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,9 @@ def test_info_lists_plugins_versions_and_devices() -> None:
     assert "Device(id=0, kind='cpu'" in result.stdout
     # Which build "cpu" picks, and why; and what is known wrong in the others.
     assert result.stdout.count("default for 'cpu'") == 1
+    # The form programs reach each plugin in, and its extensions (issue 25, 28).
+    assert result.stdout.count("programs reach it as ") == len(pjrt_py_lib.plugins())
+    assert result.stdout.count("  extensions: ") == len(pjrt_py_lib.plugins())
     for info in pjrt_py_lib.plugins():
         for defect in info.defects:
             assert f"known wrong result: {defect}" in result.stdout
@@ -79,7 +83,22 @@ def test_run_with_npy_inputs_and_outputs(tmp_path: Path) -> None:
     )
     assert printed.returncode == 0
     assert "output 0: float32[8]" in printed.stdout and "7.5]" in printed.stdout
-    # -o names the file written, suffix or not (np.save would add ".npy").
+    # --trace writes the run's spans; -o names the file written, suffix or
+    # not (np.save would add ".npy").
+    trace_file = tmp_path / "run.json"
+    traced = pjrt_py(
+        "run",
+        str(program),
+        "-i",
+        str(tmp_path / "x.npy"),
+        "-i",
+        str(tmp_path / "y.npy"),
+        "--trace",
+        str(trace_file),
+    )
+    assert traced.returncode == 0, traced.stderr
+    categories = {e.get("cat") for e in json.loads(trace_file.read_text())["traceEvents"]}
+    assert {"compile", "dispatch", "transfer"} <= categories
     bare = tmp_path / "result"
     named = pjrt_py(
         "run",
