@@ -142,6 +142,31 @@ CASES: dict[str, tuple[str, str]] = {
         " isolate=True, cache=False)",
         "CompilerCrashError",
     ),
+    # flags and names that used to be taken for something else
+    "isolate-not-bool": ("client.compile(ADD, isolate='false', cache=False)", "TypeError"),
+    "ordered-not-bool": (
+        "client.compile(ADD).execute_async(*[np.ones(8, np.float32)] * 2, ordered='yes')",
+        "TypeError",
+    ),
+    "cache-dir-empty": ("pjrt_py.Client(cache_dir='')", "ValueError"),
+    "serialized-raw-garbage": (
+        "client.deserialize(b'garbage' * 10, raw=True)",
+        "SerializationError",
+    ),
+    "serialized-envelope-as-raw": (
+        "client.deserialize(client.compile(ADD).serialize(), raw=True)",
+        "SerializationError",
+    ),
+    "dynamic-over-bound": (
+        "client.compile('func.func @main(%x: tensor<?xf32, #stablehlo.bounds<4>>) -> "
+        "tensor<?xf32, #stablehlo.bounds<4>> {\\n return %x : tensor<?xf32, "
+        "#stablehlo.bounds<4>>\\n}').execute(np.ones(5, np.float32))",
+        "ValueError",
+    ),
+    "dlpack-cuda-stream-zero": (
+        "pjrt_py.dlpack.consumer_stream(pjrt_py.dlpack.CUDA, 0)",
+        "BufferError",
+    ),
 }
 
 SCRIPT = """
