@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -25,10 +26,20 @@ func.func @main(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {
 """
 
 
-def _info(_: argparse.Namespace) -> int:
+def _chosen(found: list[Any], name: str | None) -> list[Any]:
+    """The plugins a --plugin NAME picks among ``found`` (all of them without one)."""
+    if name is None:
+        return found
+    from .plugin import PluginInfo, find_plugin
+
+    path = find_plugin(name, origin="--plugin")
+    return [i for i in found if i.path == path] or [PluginInfo("?", path)]
+
+
+def _info(args: argparse.Namespace) -> int:
     from . import Client, load_plugin, plugins, program_form
 
-    found = plugins()
+    found = _chosen(plugins(), args.plugin)
     if not found:
         print("no PJRT plugins found")
         return 1
@@ -98,7 +109,7 @@ def _smoke(args: argparse.Namespace) -> int:
     if args.only:  # the child process for one plugin
         _smoke_one(args.only)
         return 0
-    found = plugins()
+    found = _chosen(plugins(), args.plugin)
     if not found:
         print("FAIL: no PJRT plugins found")
         return 1
@@ -124,13 +135,16 @@ def _run(args: argparse.Namespace) -> int:
     from .plugin import find_plugin
     from .tracing import trace
 
-    with open(args.program) as f:
-        program = f.read()
+    if args.program == "-":
+        program = sys.stdin.read()
+    else:
+        with open(args.program) as f:
+            program = f.read()
+    inputs = [_load_input(path) for path in args.input]  # before any compile
     # The resolver `pjrt-py test --plugin` uses too, so the two take the same names.
     client = Client(None if args.plugin is None else find_plugin(args.plugin, origin="--plugin"))
     with trace(args.trace) if args.trace else contextlib.nullcontext():
         exe = client.compile(program, isolate=True)  # a compiler crash is an error, not a death
-        inputs = [np.load(path) for path in args.input]
         result = exe.execute(*inputs)
         outputs = [] if result is None else list(result) if isinstance(result, tuple) else [result]
         arrays = [b.to_numpy() for b in outputs]
@@ -148,37 +162,83 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_input(path: str) -> Any:
+    """An -i file's array; errors name the file."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(6) != b"\x93NUMPY":
+                raise ValueError(f"input {path!r} is not a .npy file (no numpy header)")
+            f.seek(0)
+            return np.load(f, allow_pickle=False)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"input {path!r} does not exist") from None
+    except (ValueError, OSError) as e:
+        if str(e).startswith(f"input {path!r}"):
+            raise
+        raise ValueError(f"input {path!r} cannot be read as a .npy array: {e}") from None
+
+
 def _test(args: argparse.Namespace) -> int:
     from .conformance.command import run_command
 
     return run_command(args)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="pjrt-py", description="PJRT plugins from Python")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("info", help="list plugins, API versions and devices").set_defaults(fn=_info)
+EXIT_CODES = """exit status:
+  0  success (test: every case passed, or was unsupported)
+  1  a failure: a case mismatched, errored, crashed or timed out; no case
+     found; a plugin or program could not be used
+  2  bad command-line arguments
+  130  interrupted (Ctrl-C)"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    from . import __version__
+    from .conformance.command import PLUGIN_HELP, add_arguments
+
+    parser = argparse.ArgumentParser(
+        prog="pjrt-py",
+        description="PJRT plugins from Python",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"pjrt-py {__version__}")
+    sub = parser.add_subparsers(dest="command")
+    info = sub.add_parser("info", help="list plugins, API versions and devices")
+    info.add_argument("--plugin", help=PLUGIN_HELP + " (default: every plugin found)")
+    info.set_defaults(fn=_info)
     smoke = sub.add_parser("smoke", help="compile and run a program on every plugin found")
+    smoke.add_argument("--plugin", help=PLUGIN_HELP + " (default: every plugin found)")
     smoke.add_argument("--only", help=argparse.SUPPRESS)
     smoke.set_defaults(fn=_smoke)
     run = sub.add_parser("run", help="run a StableHLO/MLIR text program")
-    run.add_argument("program", help="a .mlir text file with a @main function")
+    run.add_argument("program", help="a .mlir text file with a @main function ('-': stdin)")
     run.add_argument("-i", "--input", action="append", default=[], help=".npy input (repeat)")
     run.add_argument("-o", "--output", action="append", default=[], help=".npy output (repeat)")
     run.add_argument(
         "--trace", metavar="FILE", help="write a Chrome trace (Perfetto) of the run's spans"
     )
-    from .conformance.command import PLUGIN_HELP, add_arguments
-
     run.add_argument("--plugin", help=PLUGIN_HELP + " (default: $PJRT_PLUGIN, else cpu)")
     run.set_defaults(fn=_run)
 
     test = sub.add_parser("test", help="run conformance test files on one or more plugins")
     add_arguments(test)
     test.set_defaults(fn=_test)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
+    if args.command is None:  # `pjrt-py` alone: what it can do
+        parser.print_help()
+        return 0
     try:
         code: int = args.fn(args)
+    except BrokenPipeError:  # `pjrt-py info | head`: the reader left; not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes
+        return 0
     except Exception as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

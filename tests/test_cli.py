@@ -122,3 +122,72 @@ def test_run_reports_errors_cleanly(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr.startswith("error: ")
     assert "Traceback" not in result.stderr
+
+
+def test_version_help_and_exit_codes() -> None:
+    version = pjrt_py("--version")
+    assert (
+        version.returncode == 0 and version.stdout.strip() == f"pjrt-py {pjrt_py_lib.__version__}"
+    )
+    bare = pjrt_py()  # no command: the help, not an error
+    assert bare.returncode == 0 and "usage: pjrt-py" in bare.stdout
+    assert "exit status:" in bare.stdout and "130" in bare.stdout
+
+
+def test_info_and_smoke_take_a_plugin() -> None:
+    build = next(p for p in pjrt_py_lib.plugins() if p.distribution)
+    info = pjrt_py("info", "--plugin", build.distribution)
+    assert info.returncode == 0, info.stderr
+    assert info.stdout.count("programs reach it as") == 1 and build.path in info.stdout
+    smoke = pjrt_py("smoke", "--plugin", build.distribution)
+    assert smoke.returncode == 0 and smoke.stdout.count("ok ") == 1, smoke.stdout
+    bogus = pjrt_py("info", "--plugin", "no-such-plugin")
+    assert bogus.returncode == 1 and "(from --plugin)" in bogus.stderr
+
+
+def test_run_reads_stdin_and_checks_inputs_before_compiling(tmp_path: Path) -> None:
+    x = np.arange(8, dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    piped = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pjrt_py",
+            "run",
+            "-",
+            "-i",
+            str(tmp_path / "x.npy"),
+            "-i",
+            str(tmp_path / "x.npy"),
+        ],
+        input=ADD_F32_8,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert "output 0: float32[8]" in piped.stdout
+    (tmp_path / "bad.txt").write_text("not an array")
+    missing = pjrt_py("run", "/nonexistent.mlir", "-i", str(tmp_path / "x.npy"))
+    assert missing.returncode == 1
+    program = tmp_path / "add.mlir"
+    program.write_text(ADD_F32_8)
+    for name, message in [("absent.npy", "does not exist"), ("bad.txt", "is not a .npy file")]:
+        result = pjrt_py("run", str(program), "-i", str(tmp_path / name))
+        assert result.returncode == 1
+        assert f"input '{tmp_path / name}' {message}" in result.stderr
+
+
+def test_a_closed_pipe_is_not_an_error() -> None:
+    # `pjrt-py info | head -1`: the reader leaves early.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pjrt_py", "info"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0
+    assert "BrokenPipeError" not in err and "Traceback" not in err
