@@ -72,6 +72,7 @@ def test_atan_is_wrong_on_the_0115_build_from_50_elements(size: int) -> None:
     x = np.linspace(-5, 5, size).astype(np.float32)
     for name in installed:
         got = pjrt_py.Client(name).compile(program).execute(x).to_numpy()
-        error = float(np.abs(got - np.arctan(x)).max())
+        error = np.abs(got - np.arctan(x))
         wrong = name == "lammps-jax-pjrt-cpu" and size >= 50
-        assert (error > 0.1) == wrong, (name, size, error)
+        # The wrong values are unrelated to atan, NaN among them: NaN counts as off.
+        assert (not (error <= 0.1).all()) == wrong, (name, size, float(np.nanmax(error)))
