@@ -78,38 +78,19 @@ def test_run_with_npy_inputs_and_outputs(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     np.testing.assert_array_equal(np.load(out), x + y)
-    printed = pjrt_py(
-        "run", str(program), "-i", str(tmp_path / "x.npy"), "-i", str(tmp_path / "y.npy")
-    )
+    inputs = ["-i", str(tmp_path / "x.npy"), "-i", str(tmp_path / "y.npy")]
+    printed = pjrt_py("run", str(program), *inputs)
     assert printed.returncode == 0
     assert "output 0: float32[8]" in printed.stdout and "7.5]" in printed.stdout
     # --trace writes the run's spans; -o names the file written, suffix or
     # not (np.save would add ".npy").
     trace_file = tmp_path / "run.json"
-    traced = pjrt_py(
-        "run",
-        str(program),
-        "-i",
-        str(tmp_path / "x.npy"),
-        "-i",
-        str(tmp_path / "y.npy"),
-        "--trace",
-        str(trace_file),
-    )
+    traced = pjrt_py("run", str(program), *inputs, "--trace", str(trace_file))
     assert traced.returncode == 0, traced.stderr
     categories = {e.get("cat") for e in json.loads(trace_file.read_text())["traceEvents"]}
     assert {"compile", "dispatch", "transfer"} <= categories
     bare = tmp_path / "result"
-    named = pjrt_py(
-        "run",
-        str(program),
-        "-i",
-        str(tmp_path / "x.npy"),
-        "-i",
-        str(tmp_path / "y.npy"),
-        "-o",
-        str(bare),
-    )
+    named = pjrt_py("run", str(program), *inputs, "-o", str(bare))
     assert named.returncode == 0, named.stderr
     assert not (tmp_path / "result.npy").exists()
     np.testing.assert_array_equal(np.load(bare), x + y)
