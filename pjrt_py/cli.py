@@ -132,7 +132,9 @@ def _smoke(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from . import Client
+    from .errors import ProgramError
     from .plugin import find_plugin
+    from .program_errors import rename
     from .tracing import trace
 
     if args.program == "-":
@@ -144,7 +146,10 @@ def _run(args: argparse.Namespace) -> int:
     # The resolver `pjrt-py test --plugin` uses too, so the two take the same names.
     client = Client(None if args.plugin is None else find_plugin(args.plugin, origin="--plugin"))
     with trace(args.trace) if args.trace else contextlib.nullcontext():
-        exe = client.compile(program, isolate=True)  # a compiler crash is an error, not a death
+        try:  # a compiler crash is an error, not a death
+            exe = client.compile(program, isolate=True)
+        except ProgramError as e:  # its diagnostics, named after the file
+            raise rename(e, "<stdin>" if args.program == "-" else args.program) from None
         result = exe.execute(*inputs)
         outputs = [] if result is None else list(result) if isinstance(result, tuple) else [result]
         arrays = [b.to_numpy() for b in outputs]

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _runtime, program_form, serialization
+from . import _core, _runtime, program_errors, program_form, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, host_to_device
 from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
@@ -32,7 +32,7 @@ from .gpu_memory import with_memory_policy
 from .isolate import IsolatedCompiler, env_default
 from .kv import check_store
 from .memory import Memory, of_client, require_memories, resolve
-from .mlir_text import bytecode_to_text, check_program, main_signature
+from .mlir_text import bytecode_to_text, check_program, find_main, main_signature
 from .plugin import Plugin, address, encode_named_values, load_plugin, plugin_info
 from .program import ArgSpec
 from .promise import BufferPromise
@@ -513,6 +513,8 @@ class Client(_core.ClientCore):
         text = program if isinstance(program, str) else bytecode_to_text(program)
         if text is not None:
             check_program(text)
+            if find_main(text) is None:  # the plugin would print the module in generic form
+                raise program_errors.missing_main(text)
         if isolate:
             return self._load(self.compile_helper.compile(program, code, options))
         signature = main_signature(text) if text is not None else None
@@ -539,6 +541,11 @@ class Client(_core.ClientCore):
             if explained is e:
                 raise
             raise explained from e
+        except PjrtError as e:  # diagnostics on the text: with its lines and carets
+            readable = program_errors.from_plugin(text, e) if text is not None else e
+            if readable is e:
+                raise
+            raise readable from None
 
     def _loaded(
         self, function: str, result: str, signature: list[ArgSpec] | None, **fields: Any

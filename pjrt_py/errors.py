@@ -140,6 +140,39 @@ class CompilerCrashError(PjrtError):
         self.output = output
 
 
+class ProgramError(PjrtError):
+    """The program does not parse or verify (``pjrt_py.program_errors``).
+
+    The message gives each diagnostic as ``NAME:LINE:COLUMN: error: ...``
+    with the source line and a caret under the column; ``code`` is the one
+    the plugin reported.
+
+    Attributes
+    ----------
+    diagnostics : list of tuple
+        ``(line, column, severity, message)`` for each diagnostic, 1-based
+        (0 where the compiler gave no position).
+    source : str
+        The program text the positions refer to.
+    notes : list of str
+        The plugin's other lines, kept as they were.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        code: int | None = None,
+        *,
+        diagnostics: list[tuple[int, int, str, str]] | None = None,
+        source: str = "",
+        notes: list[str] | None = None,
+    ) -> None:
+        super().__init__(message, code)
+        self.diagnostics = diagnostics or []
+        self.source = source
+        self.notes = notes or []
+
+
 class SerializationError(ValueError):
     """Bytes given to ``Client.deserialize`` are not a pjrt_py executable, are
     damaged, or were made by a different plugin build than this client's."""
