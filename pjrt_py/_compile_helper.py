@@ -66,6 +66,8 @@ def main() -> None:
     create options as JSON.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    # The plugin's lines stay on stderr, which the parent keeps for a crash report.
+    os.environ["PJRT_PY_PLUGIN_LOG"] = "raw"
     faulthandler.enable()  # a crash prints the Python stack into the output tail
 
     in_fd, out_fd, plugin_path, options = sys.argv[1:5]

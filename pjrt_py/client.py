@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _core, _runtime, program_errors, program_form, serialization
+from . import _core, _runtime, plugin_log, program_errors, program_form, serialization
 from ._ffi import ffi, lib
 from .buffer import Buffer, host_to_device
 from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
@@ -626,13 +626,14 @@ class Client(_core.ClientCore):
 
     def _load_raw(self, payload: bytes) -> CompiledProgram:
         try:
-            return self._loaded(
-                "PJRT_Executable_DeserializeAndLoad",
-                "loaded_executable",
-                None,
-                serialized_executable=ffi.from_buffer(payload),
-                serialized_executable_size=len(payload),
-            )
+            with plugin_log.captured():
+                return self._loaded(
+                    "PJRT_Executable_DeserializeAndLoad",
+                    "loaded_executable",
+                    None,
+                    serialized_executable=ffi.from_buffer(payload),
+                    serialized_executable_size=len(payload),
+                )
         except PjrtError as e:
             raise SerializationError(
                 f"the {self.platform_name} plugin (PJRT {self.plugin.api_version[0]}."
@@ -647,13 +648,14 @@ class Client(_core.ClientCore):
         if problem:
             raise SerializationError(problem)
         blob = ffi.from_buffer(payload)
-        return self._loaded(
-            "PJRT_Executable_DeserializeAndLoad",
-            "loaded_executable",
-            signature,
-            serialized_executable=blob,
-            serialized_executable_size=len(payload),
-        )
+        with plugin_log.captured():  # the AOT loader's lines go to logging (plugin_log)
+            return self._loaded(
+                "PJRT_Executable_DeserializeAndLoad",
+                "loaded_executable",
+                signature,
+                serialized_executable=blob,
+                serialized_executable_size=len(payload),
+            )
 
     def _buffer_async_slow(
         self,
