@@ -47,7 +47,7 @@ class Client(_core.ClientCore):
     count kept in C), so nothing can use it after it is freed, whatever order
     Python collects objects in. ``copy.copy`` / ``copy.deepcopy`` give the
     client itself; pickling raises ``TypeError``. In a process forked after
-    the client was made, the client is closed (see ``pjrt_py._runtime``).
+    the client was made, the client is closed (see docs/lifetimes.md).
 
     Parameters
     ----------
