@@ -183,6 +183,13 @@ def _load_input(path: str) -> Any:
         raise ValueError(f"input {path!r} cannot be read as a .npy array: {e}") from None
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from .demo import main as demo
+
+    demo(["--quick"] if args.quick else [])
+    return 0
+
+
 def _test(args: argparse.Namespace) -> int:
     from .conformance.command import run_command
 
@@ -216,6 +223,9 @@ def _parser() -> argparse.ArgumentParser:
     smoke.add_argument("--plugin", help=PLUGIN_HELP + " (default: every plugin found)")
     smoke.add_argument("--only", help=argparse.SUPPRESS)
     smoke.set_defaults(fn=_smoke)
+    demo = sub.add_parser("demo", help="the asynchronous-dispatch demo, checked against numpy")
+    demo.add_argument("--quick", action="store_true", help="a smaller version (a second or two)")
+    demo.set_defaults(fn=_demo)
     run = sub.add_parser("run", help="run a StableHLO/MLIR text program")
     run.add_argument("program", help="a .mlir text file with a @main function ('-': stdin)")
     run.add_argument("-i", "--input", action="append", default=[], help=".npy input (repeat)")

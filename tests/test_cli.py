@@ -172,3 +172,10 @@ def test_a_closed_pipe_is_not_an_error() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0
     assert "BrokenPipeError" not in err and "Traceback" not in err
+
+
+def test_demo_runs_from_the_package() -> None:
+    result = pjrt_py("demo", "--quick")
+    assert result.returncode == 0, result.stderr
+    assert "== 4. training-loop pipeline" in result.stdout
+    assert "all checks passed" in result.stdout
