@@ -132,6 +132,7 @@ def _smoke(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from . import Client
+    from .dtypes import as_dtype_of
     from .errors import ProgramError
     from .plugin import find_plugin
     from .program_errors import rename
@@ -150,6 +151,11 @@ def _run(args: argparse.Namespace) -> int:
             exe = client.compile(program, isolate=True)
         except ProgramError as e:  # its diagnostics, named after the file
             raise rename(e, "<stdin>" if args.program == "-" else args.program) from None
+        # bf16 / float8 .npy files hold raw bytes: the program says what they are.
+        specs = exe.input_signature or []
+        inputs = [
+            as_dtype_of(a, specs[i].dtype if i < len(specs) else None) for i, a in enumerate(inputs)
+        ]
         result = exe.execute(*inputs)
         outputs = [] if result is None else list(result) if isinstance(result, tuple) else [result]
         arrays = [b.to_numpy() for b in outputs]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import ml_dtypes
 import numpy as np
 
@@ -85,3 +87,21 @@ def numpy_dtype(code: int) -> np.dtype[np.generic]:
     if dtype is None:
         raise TypeError(f"PJRT element type {code} has no numpy dtype in pjrt_py")
     return dtype
+
+
+def as_dtype_of(array: np.ndarray[Any, Any], dtype: np.dtype[Any] | None) -> np.ndarray[Any, Any]:
+    """A ``.npy`` array of ml_dtypes' types, given its meaning back.
+
+    numpy writes bfloat16 and float8 arrays to ``.npy`` as raw bytes
+    (``|V2``, ``|V1``): it has no names for them. Where the program says
+    what the values are (``dtype``, of the same item size), such an array is
+    viewed as that dtype; any other array is returned as it is.
+    """
+    if (
+        dtype is not None
+        and array.dtype.kind == "V"
+        and array.dtype.names is None
+        and array.dtype.itemsize == dtype.itemsize
+    ):
+        return array.view(dtype)
+    return array

@@ -179,3 +179,23 @@ def test_demo_runs_from_the_package() -> None:
     assert result.returncode == 0, result.stderr
     assert "== 4. training-loop pipeline" in result.stdout
     assert "all checks passed" in result.stdout
+
+
+def test_bf16_and_float8_npy_files_are_inputs_and_expected_values(tmp_path: Path) -> None:
+    # numpy writes them as raw bytes (|V2, |V1); the program says what they are.
+    import ml_dtypes
+
+    for dtype, mlir in ((ml_dtypes.bfloat16, "bf16"), (ml_dtypes.float8_e4m3fn, "f8E4M3FN")):
+        t = f"tensor<2x{mlir}>"
+        stem = tmp_path / f"double_{mlir}"
+        stem.with_suffix(".mlir").write_text(
+            f"func.func @main(%x: {t}) -> {t} {{\n  %0 = stablehlo.add %x, %x : {t}\n"
+            f"  return %0 : {t}\n}}\n"
+        )
+        np.save(f"{stem}.input0.npy", np.array([1.5, 2.25], dtype))
+        np.save(f"{stem}.expected0.npy", np.array([3, 4.5], dtype))
+        ran = pjrt_py("run", str(stem.with_suffix(".mlir")), "-i", f"{stem}.input0.npy")
+        assert ran.returncode == 0, ran.stderr
+        assert "[3 4.5]" in ran.stdout
+    tested = pjrt_py("test", str(tmp_path))
+    assert tested.returncode == 0, tested.stdout + tested.stderr

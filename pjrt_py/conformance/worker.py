@@ -30,6 +30,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from ..dtypes import as_dtype_of
 from ..errors import UnimplementedError
 from .cases import load
 from .checks import RewriteError, rewrite
@@ -69,13 +70,19 @@ def run_case(client: Any, path: Path) -> dict[str, Any]:
         return {"status": "error", "message": f"rewrite: {exc}"}
     checks = program.checks
     exe = client.compile(program.text)
-    outputs = [b.to_numpy() for b in _outputs(exe.execute(*case.inputs))]
+    # bf16 / float8 .npy files hold raw bytes: the program says what they are.
+    specs = exe.input_signature or []
+    inputs = [
+        as_dtype_of(a, specs[i].dtype if i < len(specs) else None)
+        for i, a in enumerate(case.inputs)
+    ]
+    outputs = [b.to_numpy() for b in _outputs(exe.execute(*inputs))]
     failures: list[dict[str, Any]] = []
     for i, want in enumerate(case.expected):
         if i >= len(outputs):
             failures.append({"check": f"expected{i}", "message": f"only {len(outputs)} results"})
             continue
-        mismatch = compare("almost_eq", outputs[i], np.asarray(want))
+        mismatch = compare("almost_eq", outputs[i], as_dtype_of(np.asarray(want), outputs[i].dtype))
         if mismatch:
             failures.append({"check": f"expected{i}.npy", "line": None, **mismatch.as_dict()})
     for check in checks:
