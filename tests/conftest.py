@@ -245,7 +245,18 @@ def capability_skip(client: pjrt_py.Client, marker: pytest.Mark) -> str | None:
             return f"needs Python host callbacks; {_plugin(client)}: {why}"
     elif name == "needs_cpu_device_count" and not accepts_cpu_device_count():
         return f"needs the cpu_device_count client option; {_plugin(client)} does not take it"
+    elif name == "needs_torch" and not _has_torch():
+        return 'needs torch, which is not installed (pip install -e ".[torch]")'
     return None
+
+
+@functools.cache
+def _has_torch() -> bool:
+    try:
+        import torch  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
 
 
 def needs_memory_kinds(client: pjrt_py.Client, *kinds: str) -> None:
@@ -262,6 +273,7 @@ CAPABILITY_MARKERS = {
     "needs_zero_copy": "needs client.buffer(..., zero_copy=True) to alias host arrays",
     "needs_host_callbacks": "needs Python host callbacks (register_callback)",
     "needs_cpu_device_count": "needs a plugin that takes the cpu_device_count create option",
+    "needs_torch": "needs torch (the torch extra; the test extra does not install it)",
 }
 
 

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# The suite compares against torch as well as jax (the bench extra has both).
+pytestmark = pytest.mark.needs_torch
+
 ORDER = (
     "dispatch",
     "small",

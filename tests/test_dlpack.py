@@ -20,7 +20,10 @@ from conftest import ADD_F32_8, matmul_chain, run_python
 import pjrt_py
 from pjrt_py import dlpack
 
-torch = pytest.importorskip("torch", reason="torch (CPU build, in the test extra) is not installed")
+try:  # the torch extra; tests using it are marked needs_torch
+    import torch
+except ImportError:
+    torch = None
 jax = pytest.importorskip("jax", reason="jax (in the test extra) is not installed")
 jnp = jax.numpy
 
@@ -41,7 +44,7 @@ def pointer(x: object) -> int:
     """The data address of a numpy array, torch tensor or jax array."""
     if isinstance(x, np.ndarray):
         return int(x.ctypes.data)
-    if isinstance(x, torch.Tensor):
+    if torch is not None and isinstance(x, torch.Tensor):
         return int(x.data_ptr())
     return int(x.unsafe_buffer_pointer())  # type: ignore[attr-defined]
 
@@ -55,7 +58,7 @@ def sample(dtype: np.dtype, n: int = 16) -> np.ndarray:
 
 def as_bits(x: object) -> np.ndarray:
     """Raw bytes of a consumer's array, for exact comparisons of any dtype."""
-    if isinstance(x, torch.Tensor):
+    if torch is not None and isinstance(x, torch.Tensor):
         return x.contiguous().view(torch.uint8).numpy().copy()
     if isinstance(x, np.ndarray):
         return x.view(np.uint8).copy()
@@ -66,14 +69,17 @@ def as_bits(x: object) -> np.ndarray:
 
 CONSUMERS = {
     "numpy": np.from_dlpack,
-    "torch": torch.from_dlpack,
+    "torch": lambda b: torch.from_dlpack(b),
     "jax": jnp.from_dlpack,
     "to_jax": pjrt_py.to_jax,
     "to_torch": pjrt_py.to_torch,
 }
+CONSUMER_PARAMS = [
+    pytest.param(c, marks=pytest.mark.needs_torch) if "torch" in c else c for c in sorted(CONSUMERS)
+]
 
 
-@pytest.mark.parametrize("consumer", sorted(CONSUMERS))
+@pytest.mark.parametrize("consumer", CONSUMER_PARAMS)
 def test_consumers_share_the_buffers_memory(client: pjrt_py.Client, consumer: str) -> None:
     x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
     buf = client.buffer(x)
@@ -105,6 +111,7 @@ def test_a_versioned_view_is_read_only(client: pjrt_py.Client) -> None:
     np.testing.assert_array_equal(buf.to_numpy(), 1)
 
 
+@pytest.mark.needs_torch
 def test_torch_ignores_the_read_only_flag(client: pjrt_py.Client) -> None:
     # The documented hazard (docs/interop.md): a consumer can write into a buffer.
     buf = client.buffer(np.zeros(4, np.float32))
@@ -142,6 +149,7 @@ def test_protocol_arguments_are_checked(client: pjrt_py.Client) -> None:
     assert buf._exports == 0
 
 
+@pytest.mark.needs_torch
 def test_export_waits_for_pending_work(client: pjrt_py.Client) -> None:
     exe = client.compile(matmul_chain(600, 6))
     x = np.random.default_rng(0).standard_normal((600, 600)).astype(np.float32) / 30
@@ -167,6 +175,7 @@ NUMPY_LACKS = {"bfloat16"} | {str(d) for d in pjrt_py.supported_dtypes if "float
 TORCH_LACKS = {"float8_e4m3b11fnuz", "float8_e4m3", "float8_e3m4"}
 
 
+@pytest.mark.needs_torch
 @pytest.mark.parametrize("dtype", pjrt_py.supported_dtypes, ids=str)
 def test_every_dtype_round_trips_where_the_consumer_has_it(
     client: pjrt_py.Client, dtype: np.dtype
@@ -174,7 +183,8 @@ def test_every_dtype_round_trips_where_the_consumer_has_it(
     x = sample(dtype)
     buf = client.buffer(x)
     name = str(dtype)
-    for consumer, lacks in (("numpy", NUMPY_LACKS), ("to_torch", TORCH_LACKS), ("to_jax", set())):
+    consumers = [("numpy", NUMPY_LACKS), ("to_torch", TORCH_LACKS), ("to_jax", set())]
+    for consumer, lacks in [c for c in consumers if torch is not None or c[0] != "to_torch"]:
         if name in lacks:
             error = RuntimeError if consumer == "numpy" else TypeError
             with pytest.raises(error):
@@ -208,6 +218,7 @@ def test_every_dtype_round_trips_where_the_consumer_has_it(
 # ---- lifetimes of exports --------------------------------------------------------
 
 
+@pytest.mark.needs_torch
 def test_delete_keeps_memory_a_consumer_still_views(client: pjrt_py.Client) -> None:
     x = np.arange(1 << 16, dtype=np.float32)
     buf = client.buffer(x)
@@ -239,6 +250,7 @@ def test_a_viewed_buffer_is_not_donated(client: pjrt_py.Client) -> None:
     assert x.is_deleted  # nobody views it any more: donated as asked
 
 
+@pytest.mark.needs_torch
 def test_consumers_released_on_other_threads(client: pjrt_py.Client) -> None:
     bufs = [client.buffer(np.full(256, i, np.float32)) for i in range(16)]
     views = [torch.from_dlpack(b) for b in bufs]
@@ -261,6 +273,7 @@ def test_consumers_released_on_other_threads(client: pjrt_py.Client) -> None:
     np.testing.assert_array_equal(bufs[1].to_numpy(), 1)
 
 
+@pytest.mark.needs_torch
 def test_views_outlive_a_closed_client_and_exit_cleanly() -> None:
     result = run_python(
         """
@@ -283,6 +296,7 @@ def test_views_outlive_a_closed_client_and_exit_cleanly() -> None:
     assert "ok 3.0" in result.stdout
 
 
+@pytest.mark.needs_torch
 def test_a_forked_child_can_drop_views() -> None:
     result = run_python(
         """
@@ -315,6 +329,7 @@ def test_aligned_numpy_is_viewed_in_place(client: pjrt_py.Client) -> None:
     np.testing.assert_array_equal(buf.to_numpy(), 3)
 
 
+@pytest.mark.needs_torch
 def test_unaligned_or_strided_input_is_copied_or_refused(client: pjrt_py.Client) -> None:
     base = pjrt_py.aligned_empty(1025, np.float32)
     base[...] = np.arange(1025)
@@ -333,6 +348,7 @@ def test_unaligned_or_strided_input_is_copied_or_refused(client: pjrt_py.Client)
     assert empty.shape == (0, 3)
 
 
+@pytest.mark.needs_torch
 def test_copy_true_copies(client: pjrt_py.Client) -> None:
     t = torch.arange(4096, dtype=torch.float32)
     assert client.from_dlpack(t).unsafe_pointer() == t.data_ptr()
@@ -342,7 +358,15 @@ def test_copy_true_copies(client: pjrt_py.Client) -> None:
     assert copied.to_numpy()[0] == 0
 
 
-@pytest.mark.parametrize("producer", ["torch", "jax", "capsule", "buffer"])
+@pytest.mark.parametrize(
+    "producer",
+    [
+        pytest.param("torch", marks=pytest.mark.needs_torch),
+        "jax",
+        pytest.param("capsule", marks=pytest.mark.needs_torch),  # a torch tensor's capsule
+        "buffer",
+    ],
+)
 def test_producers_are_viewed_without_copies(client: pjrt_py.Client, producer: str) -> None:
     values = np.arange(4096, dtype=np.float32)
     other = pjrt_py.Client()  # a Buffer of another client comes through DLPack too
@@ -370,6 +394,7 @@ def test_the_producer_stays_alive_until_pjrt_is_done(client: pjrt_py.Client) -> 
     assert sys.getrefcount(x) == before
 
 
+@pytest.mark.needs_torch
 def test_a_view_read_by_running_work_survives_its_deletion(client: pjrt_py.Client) -> None:
     exe = client.compile(matmul_chain(600, 6))
     values = np.random.default_rng(1).standard_normal((600, 600)).astype(np.float32) / 30
@@ -385,6 +410,7 @@ def test_a_view_read_by_running_work_survives_its_deletion(client: pjrt_py.Clien
     np.testing.assert_allclose(promise.value().to_numpy(), expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.needs_torch
 def test_producer_mutation_shows_through_a_view(client: pjrt_py.Client) -> None:
     # The documented hazard (docs/interop.md): the producer still owns the memory.
     t = torch.zeros(4096)
@@ -393,6 +419,7 @@ def test_producer_mutation_shows_through_a_view(client: pjrt_py.Client) -> None:
     assert buf.to_numpy()[7] == 5
 
 
+@pytest.mark.needs_torch
 def test_bad_producers_get_clear_errors(client: pjrt_py.Client) -> None:
     with pytest.raises(TypeError, match="not a DLPack producer"):
         client.from_dlpack([1, 2, 3])
@@ -417,6 +444,7 @@ def test_bad_producers_get_clear_errors(client: pjrt_py.Client) -> None:
 # ---- foreign arrays as arguments ---------------------------------------------------
 
 
+@pytest.mark.needs_torch
 def test_execute_takes_jax_and_torch_arrays(client: pjrt_py.Client) -> None:
     exe = client.compile(ADD_F32_8)
     x, t = jnp.arange(8, dtype=jnp.float32), torch.full((8,), 2.0)
@@ -432,6 +460,7 @@ def test_execute_takes_jax_and_torch_arrays(client: pjrt_py.Client) -> None:
         exe.execute(x, torch.ones(8, dtype=torch.complex32))
 
 
+@pytest.mark.needs_torch
 @pytest.mark.needs_devices(2)
 def test_execute_sharded_takes_foreign_arrays(client: pjrt_py.Client) -> None:
     devices = client.addressable_devices[:2]
@@ -442,6 +471,7 @@ def test_execute_sharded_takes_foreign_arrays(client: pjrt_py.Client) -> None:
         np.testing.assert_array_equal(row[0].to_numpy(), i + 1)
 
 
+@pytest.mark.needs_torch
 def test_jit_takes_and_returns_other_frameworks_arrays(client: pjrt_py.Client) -> None:
     def f(x, y):  # type: ignore[no-untyped-def]
         return jnp.sin(x) * y + 1
@@ -460,6 +490,7 @@ def test_jit_takes_and_returns_other_frameworks_arrays(client: pjrt_py.Client) -
         pjrt_py.jit(f, out="tensorflow")
 
 
+@pytest.mark.needs_torch
 def test_jit_narrows_64_bit_foreign_arrays_like_jax(client: pjrt_py.Client) -> None:
     f = pjrt_py.jit(lambda x: x * 2, client=client, out="torch")
     result = f(torch.arange(4, dtype=torch.float64))
@@ -468,6 +499,7 @@ def test_jit_narrows_64_bit_foreign_arrays_like_jax(client: pjrt_py.Client) -> N
     np.testing.assert_array_equal(result.numpy(), [0, 2, 4, 6])
 
 
+@pytest.mark.needs_torch
 def test_is_foreign_leaves_numpy_and_buffers_alone(client: pjrt_py.Client) -> None:
     assert dlpack.is_foreign(torch.ones(1)) and dlpack.is_foreign(jnp.ones(1))
     assert not dlpack.is_foreign(np.ones(1)) and not dlpack.is_foreign(client.buffer(1.0))
@@ -491,6 +523,7 @@ def test_a_pending_jax_result_is_read_when_ready(client: pjrt_py.Client) -> None
 # ---- foreign arguments on the native dispatch path -----------------------------------
 
 
+@pytest.mark.needs_torch
 @pytest.mark.needs_devices(3)
 def test_aligned_foreign_arguments_take_the_native_path(
     client: pjrt_py.Client, monkeypatch: pytest.MonkeyPatch
@@ -527,6 +560,7 @@ class Saboteur:
         return (1, 0)
 
 
+@pytest.mark.needs_torch
 def test_a_producer_that_deletes_or_closes_mid_call_gets_errors_not_crashes() -> None:
     client = pjrt_py.Client()
     exe = client.compile(ADD_F32_8)
@@ -550,6 +584,7 @@ func.func @main(%x: tensor<4x8xf32>) -> (tensor<4x8xf32> {mhlo.layout_mode = "{0
 """
 
 
+@pytest.mark.needs_torch
 def test_a_column_major_buffer_is_lent_with_its_strides(client: pjrt_py.Client) -> None:
     x = np.arange(32, dtype=np.float32).reshape(4, 8)
     out = client.compile(COLUMN_MAJOR_OUT).execute(x)
@@ -607,6 +642,7 @@ def test_export_after_close_raises(client: pjrt_py.Client) -> None:
         client.from_dlpack(buf)
 
 
+@pytest.mark.needs_torch
 def test_threads_racing_exports_imports_and_deletes_do_not_crash() -> None:
     result = run_python(
         """

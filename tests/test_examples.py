@@ -95,7 +95,8 @@ def test_async_doc_code_block_runs(index: int) -> None:
         pytest.param(
             INTEROP_DOC,
             10,
-            marks=[  # views of host memory, and the CPU builds' memories
+            marks=[  # views of host memory, and the CPU builds' memories; torch
+                pytest.mark.needs_torch,
                 pytest.mark.needs_host_buffers,
                 pytest.mark.needs_zero_copy,
                 pytest.mark.needs_memory_kinds("device", "pinned_host", "unpinned_host"),
