@@ -435,7 +435,7 @@ class Jitted:
         full_kw = {
             k: (v if k in self.static_argnames else abs_kw[k]) for k, v in call.kwargs.items()
         }
-        lowered = self._jax_jit.lower(*full, **full_kw)
+        lowered = self._lower_for_client(full, full_kw)
         compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", {})
         text = lowered.as_text()
         callbacks = list(compile_args.get("host_callbacks") or ())
@@ -451,6 +451,25 @@ class Jitted:
         result = Lowered(self, text, call.treedef, lowered.out_tree, names, routes, ordered)
         result.weak_outputs = _jax_types.weak_outputs(lowered)
         return result
+
+    def _lower_for_client(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """jax's lowering for the client's platform, not for jax's default backend.
+
+        Lowering rules differ by platform (a CUDA client must not run what jax
+        lowered for its CPU). jax lowers a host callback for a platform only
+        where it has a backend of it: without one (jax's CPU build next to a
+        CUDA plugin), the default lowering is used, whose callbacks pjrt_py
+        rewrites the same way (see ``_jax_callbacks``).
+        """
+        platform = self.client.platform_name
+        trace = getattr(self._jax_jit, "trace", None)
+        if trace is not None and platform in ("cpu", "cuda", "rocm"):
+            try:
+                return trace(*args, **kwargs).lower(lowering_platforms=(platform,))
+            except (TypeError, RuntimeError, NotImplementedError) as e:
+                if "backend" not in str(e).lower() and not isinstance(e, TypeError):
+                    raise
+        return self._jax_jit.lower(*args, **kwargs)
 
     def _arg_names(self, dyn: tuple[Any, ...], dyn_kw: dict[str, Any]) -> list[str]:
         """``x``, ``params['w']``: a name per flat argument, for argument errors."""
