@@ -24,6 +24,17 @@ def with_callback(name):
     return chain.replace(f"return %x1 : {{t}}", call)
 """
 
+# What a dispatching callback runs: a small program on its own buffer.
+DISPATCHING = (
+    SETUP
+    + """
+v = "tensor<4xf32>"
+double = c.compile(f"func.func @main(%a: {v}) -> {v} {{ %0 = stablehlo.add %a, %a : {v}\\n"
+                   f" return %0 : {v} }}")
+small = c.buffer(np.ones(4, np.float32))
+"""
+)
+
 
 def test_the_plugin_admits_32_executions_in_flight_per_device() -> None:
     result = run_python(
@@ -60,12 +71,8 @@ print("after", count[0], flush=True)
 
 def test_a_callback_dispatching_past_the_limit_is_refused_not_frozen() -> None:
     result = run_python(
-        SETUP
+        DISPATCHING
         + """
-v = "tensor<4xf32>"
-double = c.compile(f"func.func @main(%a: {v}) -> {v} {{ %0 = stablehlo.add %a, %a : {v}\\n"
-                   f" return %0 : {v} }}")
-small = c.buffer(np.ones(4, np.float32))
 gate = threading.Event()
 nested, refused = [], []
 def dispatching(y):
@@ -98,12 +105,8 @@ print(refused[0] if refused else "", flush=True)
 
 def test_a_callback_dispatching_below_the_limit_runs_its_work() -> None:
     result = run_python(
-        SETUP
+        DISPATCHING
         + """
-v = "tensor<4xf32>"
-double = c.compile(f"func.func @main(%a: {v}) -> {v} {{ %0 = stablehlo.add %a, %a : {v}\\n"
-                   f" return %0 : {v} }}")
-small = c.buffer(np.ones(4, np.float32))
 nested = []
 def dispatching(y):
     nested.append(double.execute_async(small))

@@ -19,7 +19,7 @@ import pjrt_py
 from pjrt_py.buffer import aligned_empty
 
 pytestmark = pytest.mark.needs_torch  # selected by .ci/run's torch step (-m needs_torch)
-torch = pytest.importorskip("torch", reason='needs torch, which is not installed (the torch extra)')
+torch = pytest.importorskip("torch", reason="needs torch, which is not installed (the torch extra)")
 
 IDENTITY = """
 func.func @main(%x: tensor<{n}x{t}>) -> tensor<{n}x{t}> {{
