@@ -56,8 +56,9 @@ func.func @main(%n: tensor<i64>) -> tensor<i64> {
 """
 
 
-def matmul_chain(n: int, steps: int) -> str:
-    """x -> tanh(x @ x) repeated: dense work the CPU plugin runs asynchronously."""
+def matmul_chain(n: int, steps: int, tail: str = "") -> str:
+    """x -> tanh(x @ x) repeated: dense work the CPU plugin runs asynchronously;
+    then, if ``tail`` names one, a custom call (a host callback) on the result."""
     t = f"tensor<{n}x{n}xf32>"
     lines = [f"func.func @main(%x0: {t}) -> {t} {{"]
     for i in range(steps):
@@ -66,7 +67,14 @@ def matmul_chain(n: int, steps: int) -> str:
             f" : ({t}, {t}) -> {t}"
         )
         lines.append(f"  %x{i + 1} = stablehlo.tanh %d{i} : {t}")
-    lines.append(f"  return %x{steps} : {t}")
+    result = f"%x{steps}"
+    if tail:
+        lines.append(
+            f"  %y = stablehlo.custom_call @{tail}({result}) {{api_version = 4 : i32}}"
+            f" : ({t}) -> {t}"
+        )
+        result = "%y"
+    lines.append(f"  return {result} : {t}")
     lines.append("}")
     return "\n".join(lines)
 

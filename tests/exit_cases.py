@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from conftest import matmul_chain  # this script's directory is on sys.path
 
 import pjrt_py
 from pjrt_py import _core, kv
@@ -35,28 +36,6 @@ from pjrt_py import _core, kv
 KEEP: list[Any] = []
 
 N = 768  # matmul size: some 10 ms per step on one core
-
-
-def matmul_chain(n: int, steps: int, tail: str = "") -> str:
-    """x -> tanh(x @ x) ``steps`` times, then ``tail`` (a custom call on the result)."""
-    t = f"tensor<{n}x{n}xf32>"
-    lines = [f"func.func @main(%x0: {t}) -> {t} {{"]
-    for i in range(steps):
-        lines.append(
-            f"  %d{i} = stablehlo.dot_general %x{i}, %x{i}, contracting_dims = [1] x [0]"
-            f" : ({t}, {t}) -> {t}"
-        )
-        lines.append(f"  %x{i + 1} = stablehlo.tanh %d{i} : {t}")
-    result = f"%x{steps}"
-    if tail:
-        lines.append(
-            f"  %y = stablehlo.custom_call @{tail}({result}) {{api_version = 4 : i32}}"
-            f" : ({t}) -> {t}"
-        )
-        result = "%y"
-    lines.append(f"  return {result} : {t}")
-    lines.append("}")
-    return "\n".join(lines)
 
 
 def wait_for(flag: list[Any], seconds: float = 20.0) -> None:
