@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 import pjrt_py
-from pjrt_py import dlpack
+from pjrt_py.interop import dlpack, frameworks
 
 from ._common import ADD_F32_8, cli, interleaved, machine, median_seconds, target
 
@@ -396,7 +396,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "round_trip_zero_copy": rt_shared,
         "pieces_us": pieces,
         "breakdown_us": parts,
-        "to_jax_fast_path": dlpack._jax_import() is not None,
+        "to_jax_fast_path": frameworks._jax_import() is not None,
         "notes": notes(trips, pieces, parts, rt_target["met"]),
         "targets": targets,
         "table": table,

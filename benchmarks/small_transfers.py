@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 import pjrt_py
-from pjrt_py._ffi import lib
+from pjrt_py.runtime.capi import lib
 
 from ._common import cli, interleaved, load_c, machine, target
 

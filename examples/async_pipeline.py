@@ -5,7 +5,7 @@ Its code is ``pjrt_py/demo.py``, shipped in the package so that
 same thing from a checkout: ``python examples/async_pipeline.py [--quick]``.
 """
 
-from pjrt_py.demo import main
+from pjrt_py.cli.demo import main
 
 if __name__ == "__main__":
     main()

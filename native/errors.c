@@ -11,7 +11,7 @@ static PyObject* g_pjrt_error;     /* PjrtError */
 static PyObject* g_plugin_load_error;
 
 static int errors_init(void) {
-  PyObject* module = PyImport_ImportModule("pjrt_py.errors");
+  PyObject* module = PyImport_ImportModule("pjrt_py.runtime.errors");
   if (module == NULL) return -1;
   g_errors_by_code = PyObject_GetAttrString(module, "BY_CODE");
   g_pjrt_error = PyObject_GetAttrString(module, "PjrtError");

@@ -9,16 +9,28 @@
 
 from __future__ import annotations
 
-from . import _runtime  # noqa: F401  (fork and exit handling)
-from .buffer import Buffer, aligned_empty
-from .client import Client, default_client, default_client_for
-from .compile_options import encode_compile_options
-from .device import Device
-from .dlpack import to_jax, to_torch
-from .dtypes import SUPPORTED as supported_dtypes
-from .dynamic import DynamicExecutable
-from .effects import effects_barrier, with_runtime_token
-from .errors import (
+import sys
+
+from . import _moved
+from .callbacks.ffi import register_ffi_target
+from .callbacks.host_callback import in_host_callback, register_callback
+from .client import Client
+from .defaults import default_client, default_client_for
+from .interop.frameworks import to_jax, to_torch
+from .jit import jit
+from .jitted import Jitted
+from .lowered import Lowered
+from .programs.compile_options import encode_compile_options
+from .programs.dynamic import DynamicExecutable
+from .programs.effects import effects_barrier, with_runtime_token
+from .programs.executable import Executable, MemoryStats
+from .programs.signature import ArgSpec
+from .runtime import process as _runtime  # noqa: F401  (fork and exit handling)
+from .runtime.buffer import Buffer, aligned_empty
+from .runtime.device import Device, Memory
+from .runtime.discovery import PluginInfo, plugins
+from .runtime.dtypes import SUPPORTED as supported_dtypes
+from .runtime.errors import (
     AbortedError,
     AlreadyExistsError,
     CancelledError,
@@ -42,14 +54,8 @@ from .errors import (
     UnknownError,
     UnsupportedError,
 )
-from .executable import Executable, MemoryStats
-from .ffi import register_ffi_target
-from .host_callback import in_host_callback, register_callback
-from .jit import Jitted, Lowered, jit
-from .memory import Memory
-from .plugin import Plugin, PluginInfo, load_plugin, plugins
-from .program import ArgSpec
-from .promise import ArrayPromise, BufferPromise, Promise
+from .runtime.plugin import Plugin, load_plugin
+from .runtime.promise import ArrayPromise, BufferPromise, Promise
 from .toplevel import (
     buffer,
     buffer_async,
@@ -132,3 +138,10 @@ __all__ = [
     "value",
     "with_runtime_token",
 ]
+
+_moved.install(sys.modules[__name__])
+
+
+def __getattr__(name: str) -> object:
+    """``pjrt_py.<module>`` of a module that moved (see ``pjrt_py._moved``)."""
+    return _moved.attribute(name)

@@ -2,7 +2,7 @@
 
 import sys
 
-from .cli import main
+from .cli.app import main
 
 if __name__ == "__main__":  # importing the module (as doc tools do) runs nothing
     sys.exit(main())

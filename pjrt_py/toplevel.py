@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .buffer import Buffer
-from .client import Client, default_client, default_client_for
-from .device import Device
-from .dlpack import GPU_PLATFORM_OF, producer_device
-from .executable import Executable
-from .promise import ArrayPromise, BufferPromise, Promise
+from .client import Client
+from .defaults import default_client, default_client_for
+from .interop.dlpack import GPU_PLATFORM_OF
+from .interop.foreign import producer_device
+from .programs.executable import Executable
+from .runtime.buffer import Buffer
+from .runtime.device import Device
+from .runtime.promise import ArrayPromise, BufferPromise, Promise
 
 
 def buffer(value: Any, device: Device | None = None) -> Buffer:

@@ -48,9 +48,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import _core, host_callback
+from . import _core
+from .callbacks import host_callback
 from .client import Client
-from .executable import Executable
+from .programs.executable import Executable
 
 _lock = threading.Lock()
 _active: list[Recorder] = []

@@ -209,7 +209,7 @@ def _zero_copy(client: pjrt_py.Client) -> str | None:
 @functools.cache
 def _host_callbacks(client: pjrt_py.Client) -> str | None:
     """Why the plugin cannot run Python host callbacks (None: it can)."""
-    from pjrt_py.host_callback import register_callback  # noqa: PLC0415
+    from pjrt_py.callbacks.host_callback import register_callback  # noqa: PLC0415
 
     try:
         register_callback("pjrt_py_tests_capability_probe", lambda: None, client=client)
@@ -325,7 +325,7 @@ def needs_build(distribution: str) -> pytest.MarkDecorator:
 
 def other_build() -> str:
     """A CPU build other than the one ``Client()`` loads (the plugin matrix changes that)."""
-    mine = pjrt_py.plugin.find_plugin()
+    mine = pjrt_py.runtime.discovery.find_plugin()
     others = [p.path for p in pjrt_py.plugins() if p.name == "cpu" and p.path != mine]
     if not others:
         pytest.skip("only one CPU plugin build is installed (the test extra has three)")

@@ -62,5 +62,5 @@ def test_every_public_name_and_method_has_an_anchor() -> None:
 
 def test_no_private_name_is_shown() -> None:
     text = re.sub(r"<[^>]+>", " ", PAGE.read_text())
-    assert "pjrt_py._core" not in text and "pjrt_py._runtime" not in text
+    assert "pjrt_py._core" not in text and "pjrt_py.runtime.process" not in text
     assert "Bases:" not in text

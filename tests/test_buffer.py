@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import pjrt_py
-from pjrt_py import _runtime
+from pjrt_py.runtime import process as _runtime
 
 ALL_DTYPES = [np.dtype(d) for d in pjrt_py.supported_dtypes]
 
@@ -110,7 +110,7 @@ def test_zero_copy_aliases_the_array_and_keeps_it_alive(client: pjrt_py.Client) 
 def test_large_copies_are_staged_privately_and_freed_with_the_buffer(
     client: pjrt_py.Client,
 ) -> None:
-    from pjrt_py.buffer import STAGED_COPY_BYTES, ZERO_COPY_ALIGNMENT
+    from pjrt_py.runtime.buffer import STAGED_COPY_BYTES, ZERO_COPY_ALIGNMENT
 
     x = np.arange(STAGED_COPY_BYTES // 4, dtype=np.float32)[::-1]  # not contiguous
     holds = _runtime.pending_holds()

@@ -42,7 +42,7 @@ def test_an_explicit_header_wins_over_newer_ones(
 
 
 def test_the_build_header_matches_the_compiled_module() -> None:
-    import pjrt_py._ffi as ffi_module
+    import pjrt_py.runtime.capi as ffi_module
 
     header = build_ffi.find_header()
     assert build_ffi.header_version(header) == (

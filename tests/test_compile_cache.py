@@ -14,7 +14,7 @@ import pytest
 from conftest import ADD_F32_8, NEEDS_NEWER_PLUGIN, other_build, run_python
 
 import pjrt_py
-from pjrt_py.compile_options import encode_compile_options
+from pjrt_py.programs.compile_options import encode_compile_options
 
 
 def scaled(k: int) -> str:
@@ -201,8 +201,8 @@ def test_the_disk_cache_keeps_to_its_size_bound(tmp_path: Path) -> None:
 
 def client_key(client: pjrt_py.Client, program: str) -> str:
     """The disk entry name a client uses for a program with default options."""
-    from pjrt_py.cache import disk_key
-    from pjrt_py.serialization import disk_identity
+    from pjrt_py.programs.cache import disk_key
+    from pjrt_py.programs.serialization import disk_identity
 
     return disk_key(disk_identity(client), program.encode(), encode_compile_options())
 
@@ -264,7 +264,7 @@ def test_an_entry_filed_under_another_key_is_a_miss(tmp_path: Path) -> None:
 
 
 def test_temporaries_of_dead_writers_are_trimmed(tmp_path: Path) -> None:
-    from pjrt_py.cache import STALE_TMP_SECONDS
+    from pjrt_py.programs.cache import STALE_TMP_SECONDS
 
     stale, fresh = tmp_path / ".tmp-dead.pjrtpy", tmp_path / ".tmp-live.pjrtpy"
     stale.write_bytes(b"x" * 100)

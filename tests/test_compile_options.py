@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pjrt_py import _jax_options, encode_compile_options
-from pjrt_py._hlo_proto import fields
-from pjrt_py.compile_options import check_compile_options, decode_compile_options
+from pjrt_py import encode_compile_options
+from pjrt_py.programs import jax_options as _jax_options
+from pjrt_py.programs.placement import check_compile_options, decode_compile_options
+from pjrt_py.programs.proto import fields
 
 xc = pytest.importorskip("jax._src.lib", reason="jaxlib parses the bytes we encode").xla_client
 jaxlib = pytest.importorskip("jaxlib", reason="jaxlib parses the bytes we encode")

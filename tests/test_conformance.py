@@ -298,11 +298,11 @@ def test_bad_arguments_exit_non_zero(tmp_path: Path) -> None:
 
 
 def test_plugin_names_are_read_as_pjrt_py_run_reads_them(tmp_path: Path) -> None:
-    # One resolver (pjrt_py.plugin.find_plugin) for `test --plugin`, `run
+    # One resolver (pjrt_py.runtime.discovery.find_plugin) for `test --plugin`, `run
     # --plugin` and Client: a platform name, a distribution name, a path.
     from pjrt_py.conformance import targets
 
-    cpu = pjrt_py.plugin.find_plugin("cpu")
+    cpu = pjrt_py.runtime.discovery.find_plugin("cpu")
     build = next(i for i in pjrt_py.plugins() if i.path == cpu)
     for spec in ("cpu", build.distribution, cpu):
         assert spec is not None

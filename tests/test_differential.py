@@ -13,7 +13,7 @@ Attribution. A mismatch is the binding's or the plugin's:
    ``client.buffer(x).to_numpy()``; if not, the BINDING is wrong.
 2. Program and options: the same StableHLO text is compiled with the same
    ``CompileOptionsProto`` bytes pjrt_py sends
-   (:func:`pjrt_py.compile_options.options_for_program`) on jaxlib's own CPU
+   (:func:`pjrt_py.programs.compile_options.options_for_program`) on jaxlib's own CPU
    client, the XLA ``jax.jit`` uses. If that also differs from ``jax.jit``,
    what pjrt_py asks for is what changed the result: a BINDING defect.
 3. Otherwise the plugin computes the same request differently from jax's
@@ -61,7 +61,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import pjrt_py
-from pjrt_py.compile_options import options_for_program
+from pjrt_py.programs.compile_options import options_for_program
 
 FULL = os.environ.get("PJRT_PY_DIFFERENTIAL", "") == "full"
 STRICT = os.environ.get("PJRT_PY_DIFFERENTIAL_STRICT", "") == "1"

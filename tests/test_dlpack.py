@@ -18,7 +18,7 @@ import pytest
 from conftest import ADD_F32_8, matmul_chain, run_python
 
 import pjrt_py
-from pjrt_py import dlpack
+from pjrt_py.interop import foreign as dlpack
 
 try:  # the torch extra; tests using it are marked needs_torch
     import torch

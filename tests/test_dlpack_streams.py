@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import pjrt_py
-from pjrt_py import dlpack
+from pjrt_py.interop import dlpack
 
 F32_8 = np.arange(16, dtype=np.float32)[::2].copy()
 

@@ -1,4 +1,4 @@
-"""Programs with dynamic dimensions, specialized per call (pjrt_py.dynamic)."""
+"""Programs with dynamic dimensions, specialized per call (pjrt_py.programs.dynamic)."""
 
 from __future__ import annotations
 

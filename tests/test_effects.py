@@ -10,7 +10,7 @@ import pytest
 from conftest import ADD_F32_8, matmul_chain
 
 import pjrt_py
-from pjrt_py import effects
+from pjrt_py.programs import effects
 
 SLOW = matmul_chain(600, 6)  # tens of ms of dense work: runs asynchronously
 ATTEMPTS = 5  # the CPU plugin now and then runs dense work inline at dispatch

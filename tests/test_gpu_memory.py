@@ -1,4 +1,4 @@
-"""GPU memory policy (pjrt_py.gpu_memory) and Device.memory_stats."""
+"""GPU memory policy (pjrt_py.runtime.gpu_memory) and Device.memory_stats."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 import pjrt_py
-from pjrt_py.gpu_memory import DEFAULTS, from_environment, with_memory_policy
+from pjrt_py.runtime.gpu_memory import DEFAULTS, from_environment, with_memory_policy
 
 
 def test_default_gpu_client_does_not_preallocate() -> None:
@@ -58,7 +58,7 @@ def test_bad_environment_values_are_refused_by_name(env: dict[str, str], message
 
 
 def test_env_fraction_out_of_range_is_refused_by_the_option_check() -> None:
-    from pjrt_py.client_options import checked_options
+    from pjrt_py.runtime.client_options import checked_options
 
     options = with_memory_policy("cuda", {}, environ={"XLA_PYTHON_CLIENT_MEM_FRACTION": "1.5"})
     with pytest.raises(ValueError, match="memory_fraction"):

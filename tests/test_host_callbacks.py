@@ -15,7 +15,7 @@ import pytest
 from conftest import in_threads, matmul_chain, run_python
 
 import pjrt_py
-from pjrt_py import host_callback
+from pjrt_py.callbacks import host_callback
 
 # Every test here runs Python host callbacks.
 pytestmark = pytest.mark.needs_host_callbacks

@@ -24,7 +24,8 @@ from conftest import build_so, run_python
 from test_host_callbacks import mlir, unary
 
 import pjrt_py
-from pjrt_py import _jax_callbacks, host_callback
+from pjrt_py.callbacks import host_callback
+from pjrt_py.callbacks import jax_callbacks as _jax_callbacks
 
 
 def _has_libcuda() -> bool:
@@ -227,7 +228,7 @@ def test_the_cuda_copier_against_a_stand_in_driver(tmp_path: Path) -> None:
     result = run_python(
         f"""
         import ctypes, numpy as np, pjrt_py
-        from pjrt_py import host_callback
+        from pjrt_py.callbacks import host_callback
         host_callback.load_cuda_driver({str(driver)!r})
         fake = ctypes.CDLL({str(driver)!r})
         client = pjrt_py.Client()

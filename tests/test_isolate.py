@@ -1,4 +1,4 @@
-"""Crash-isolated compiles (pjrt_py.isolate) on the real CPU plugin.
+"""Crash-isolated compiles (pjrt_py.programs.isolate) on the real CPU plugin.
 
 Crashes are made by the helper's documented test hook
 (``$PJRT_PY_ISOLATE_TEST_CRASH`` and a marker in the program), so they do
@@ -23,7 +23,7 @@ import pytest
 from conftest import ADD_F32_8, run_python
 
 import pjrt_py
-from pjrt_py import _compile_helper, isolate
+from pjrt_py.programs import compile_process, compile_worker, isolate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ func.func @main(%x: tensor<4x8xf32>, %w1: tensor<8x16xf32>, %b1: tensor<16xf32>,
 """
 
 # Compiled by the helper only when its test hook is on: then it crashes.
-CRASHING = f"// {isolate.TEST_CRASH_MARKER.decode()}\n{ADD_F32_8}"
+CRASHING = f"// {compile_process.TEST_CRASH_MARKER.decode()}\n{ADD_F32_8}"
 
 # A recursive @main: segfaulted every installed CPU build's compiler when written.
 RECURSIVE = """
@@ -158,7 +158,7 @@ def test_isolated_compile_fills_the_disk_cache(tmp_path: Path) -> None:
 def test_compiler_crash_raises_and_next_compile_starts_a_new_helper(
     monkeypatch: pytest.MonkeyPatch, hook: str, sig: signal.Signals
 ) -> None:
-    monkeypatch.setenv(isolate.ENV_TEST_CRASH, hook)
+    monkeypatch.setenv(compile_process.ENV_TEST_CRASH, hook)
     client = pjrt_py.Client(cache_dir=False, isolate_compile=True)
     try:
         client.compile(ADD_F32_8)
@@ -170,7 +170,7 @@ def test_compiler_crash_raises_and_next_compile_starts_a_new_helper(
         assert isinstance(error, pjrt_py.PjrtError)
         assert error.signal == sig and error.returncode == -sig
         assert sig.name in str(error)
-        assert f"test hook {isolate.ENV_TEST_CRASH}={hook}" in error.output
+        assert f"test hook {compile_process.ENV_TEST_CRASH}={hook}" in error.output
         assert error.output in str(error)
         assert "Fatal Python error" in error.output  # faulthandler's report, in the tail
         assert client.compile_helper.pid is None
@@ -225,9 +225,9 @@ def test_error_descriptions_rebuild_their_classes() -> None:
         pjrt_py.SerializationError("damaged"),
         ValueError("program is empty"),
     ):
-        rebuilt = isolate._rebuild(json.loads(_compile_helper._describe(exc)))
+        rebuilt = isolate._rebuild(json.loads(compile_worker._describe(exc)))
         assert type(rebuilt) is type(exc) and str(rebuilt) == str(exc)
-    other = isolate._rebuild(json.loads(_compile_helper._describe(KeyError("k"))))
+    other = isolate._rebuild(json.loads(compile_worker._describe(KeyError("k"))))
     assert type(other) is KeyError
     unknown = {"module": "somewhere", "name": "Odd", "message": "m", "code": None}
     assert "somewhere.Odd in the compile helper: m" in str(isolate._rebuild(unknown))
@@ -269,7 +269,7 @@ def test_close_stops_the_helper_and_is_idempotent() -> None:
 
 
 def test_close_during_a_compile_kills_the_helper(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(isolate.ENV_TEST_CRASH, "hang")
+    monkeypatch.setenv(compile_process.ENV_TEST_CRASH, "hang")
     client = pjrt_py.Client(cache_dir=False, isolate_compile=True)
     client.compile(ADD_F32_8)
     pid = client.compile_helper.pid
@@ -294,7 +294,7 @@ def test_close_during_a_compile_kills_the_helper(monkeypatch: pytest.MonkeyPatch
 
 
 def test_timeout_kills_a_hung_helper(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(isolate.ENV_TEST_CRASH, "hang")
+    monkeypatch.setenv(compile_process.ENV_TEST_CRASH, "hang")
     monkeypatch.setenv(isolate.ENV_TIMEOUT, "3")
     client = pjrt_py.Client(cache_dir=False, isolate_compile=True)
     try:
@@ -400,7 +400,7 @@ def test_cli_run_survives_a_compiler_crash(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=120,
-        env={**os.environ, isolate.ENV_TEST_CRASH: "segv"},
+        env={**os.environ, compile_process.ENV_TEST_CRASH: "segv"},
     )
     assert result.returncode == 1
     assert "error: CompilerCrashError" in result.stderr and "SIGSEGV" in result.stderr

@@ -11,7 +11,7 @@ import pytest
 from conftest import in_threads
 
 import pjrt_py
-from pjrt_py import host_callback
+from pjrt_py.callbacks import host_callback
 
 jax = pytest.importorskip("jax", reason="pjrt_py.jit traces with jax (in the test extra)")
 jnp = jax.numpy

@@ -21,7 +21,7 @@ from conftest import build_so, installed_build, run_python
 
 import pjrt_py
 from pjrt_py import _core, kv
-from pjrt_py.plugin import BUILDS
+from pjrt_py.runtime.discovery import BUILDS
 
 # A stand-in for a plugin: what a PJRT client does with the three callbacks
 # while it is created (XLA's topology exchange), on a thread of its own.

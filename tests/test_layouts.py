@@ -87,7 +87,7 @@ def test_the_layout_survives_serialization(client: pjrt_py.Client) -> None:
 
 
 def test_layout_modes_are_read_from_the_text() -> None:
-    from pjrt_py.mlir_text import main_signature
+    from pjrt_py.programs.mlir_text import main_signature
 
     spec = main_signature(DOUBLE_COLUMN_MAJOR_IN)[0]  # type: ignore[index]
     assert spec.minor_to_major() == (0, 1)

@@ -15,7 +15,7 @@ from conftest import (
 )
 
 import pjrt_py
-from pjrt_py.plugin import BUILDS, PLATFORMS, find_plugin
+from pjrt_py.runtime.discovery import BUILDS, PLATFORMS, find_plugin
 
 
 def test_plugins_lists_the_installed_cpu_plugin() -> None:

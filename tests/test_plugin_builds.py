@@ -1,6 +1,6 @@
 """The wrong results known in particular CPU plugin builds, proven on those builds.
 
-These test pjrt_py's runner and its table of builds (``pjrt_py.plugin.BUILDS``),
+These test pjrt_py's runner and its table of builds (``pjrt_py.runtime.discovery.BUILDS``),
 not the plugins: each defect must show on the build it is listed for and on
 no other, so the default ("cpu" picks the build with none) rests on evidence.
 """
@@ -17,7 +17,7 @@ import pytest
 from conftest import installed_build
 
 import pjrt_py
-from pjrt_py.plugin import BUILDS
+from pjrt_py.runtime.discovery import BUILDS
 
 ROOT = Path(__file__).resolve().parents[1]
 GATHER = ROOT / "tests" / "data" / "known_wrong_gather.mlir"

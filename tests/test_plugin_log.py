@@ -1,4 +1,4 @@
-"""A quiet happy path: the plugin's log lines go through logging (pjrt_py.plugin_log)."""
+"""A quiet happy path: the plugin's log lines go through logging (pjrt_py.runtime.plugin_log)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from pjrt_py import plugin_log
+from pjrt_py.runtime import plugin_log
 
 HAPPY_PATH = textwrap.dedent(
     """

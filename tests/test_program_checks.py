@@ -14,11 +14,10 @@ import pytest
 from conftest import run_python
 
 import pjrt_py
-from pjrt_py import mlir_text
-from pjrt_py.mlir_text import (
-    MAX_DEPTH,
+from pjrt_py.programs import mlir_text
+from pjrt_py.programs.mlir_checks import MAX_DEPTH, check_program
+from pjrt_py.programs.mlir_text import (
     bytecode_to_text,
-    check_program,
     is_bytecode,
     main_signature,
     module_attribute_int,
@@ -211,7 +210,7 @@ def test_main_signature_skips_a_nested_modules_main() -> None:
     spec = main_signature(text)
     assert spec is not None
     assert [(s.name, s.shape) for s in spec] == [("b", (None, 4)), ("t", None)]
-    assert spec[0].dtype == pjrt_py.dtypes.MLIR_NAMES["bf16"]
+    assert spec[0].dtype == pjrt_py.runtime.dtypes.MLIR_NAMES["bf16"]
     assert main_signature("// func.func @main(%a: tensor<2xi8>)") is None
 
 

@@ -1,4 +1,4 @@
-"""Compile errors a person can act on (pjrt_py.program_errors)."""
+"""Compile errors a person can act on (pjrt_py.programs.diagnostics)."""
 
 from __future__ import annotations
 

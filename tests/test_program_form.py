@@ -16,7 +16,7 @@ import pytest
 from conftest import needs_build
 
 import pjrt_py
-from pjrt_py import program_form
+from pjrt_py.programs import form as program_form
 
 pytest.importorskip("jaxlib", reason="portable bytecode is written by jaxlib")
 
@@ -74,7 +74,7 @@ def test_the_environment_can_force_text() -> None:
     code = textwrap.dedent(
         """
         import pjrt_py
-        from pjrt_py import program_form
+        from pjrt_py.programs import form as program_form
         c = pjrt_py.Client()
         assert program_form.target_version(c.plugin) is None
         print(program_form.describe(c.plugin))

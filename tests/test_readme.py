@@ -29,7 +29,7 @@ def test_quick_start_runs_and_prints_what_it_says(capsys) -> None:  # type: igno
 
 
 def test_ci_runs_the_suite_on_every_cpu_build() -> None:
-    from pjrt_py.plugin import BUILDS
+    from pjrt_py.runtime.discovery import BUILDS
 
     ci = (ROOT / ".ci" / "run").read_text()
     matrix = re.search(r"for build in ([^;]+);", ci)

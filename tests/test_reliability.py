@@ -138,8 +138,8 @@ CASES: dict[str, tuple[str, str]] = {
     "plugin-not-a-library": ("pjrt_py.load_plugin(NOT_ELF)", "PluginLoadError"),
     # a compiler crash nothing could foresee: isolate=True turns it into an exception
     "compiler-crash-isolated": (
-        "client.compile('// ' + pjrt_py.isolate.TEST_CRASH_MARKER.decode() + '\\n' + ADD,"
-        " isolate=True, cache=False)",
+        "from pjrt_py.programs.compile_process import TEST_CRASH_MARKER as MARK\n"
+        "client.compile('// ' + MARK.decode() + '\\n' + ADD, isolate=True, cache=False)",
         "CompilerCrashError",
     ),
     # flags and names that used to be taken for something else
@@ -164,7 +164,7 @@ CASES: dict[str, tuple[str, str]] = {
         "ValueError",
     ),
     "dlpack-cuda-stream-zero": (
-        "pjrt_py.dlpack.consumer_stream(pjrt_py.dlpack.CUDA, 0)",
+        "pjrt_py.interop.dlpack.consumer_stream(pjrt_py.interop.dlpack.CUDA, 0)",
         "BufferError",
     ),
 }
@@ -173,7 +173,7 @@ SCRIPT = """
 import json, os, sys, tempfile
 import numpy as np
 import pjrt_py
-import pjrt_py.isolate
+import pjrt_py.programs.compile_process
 ADD = ADD_TEXT
 INT = "func.func @main(%x: tensor<i32>) -> tensor<i32> {\\n return %x : tensor<i32>\\n}"
 BOOL = "func.func @main(%x: tensor<i1>) -> tensor<i1> {\\n return %x : tensor<i1>\\n}"

@@ -4,7 +4,7 @@ Everything that could kill or hang the process runs in a fresh interpreter
 (``run_python``) and must end cleanly: the expected exit status, no fault
 report on stderr, the expected output, and a bounded wall time. The
 interpreters wait at most ``PJRT_PY_EXIT_TIMEOUT=1`` second for running work
-at exit (see ``pjrt_py._runtime``).
+at exit (see ``pjrt_py.runtime.process``).
 """
 
 from __future__ import annotations

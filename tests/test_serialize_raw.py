@@ -65,7 +65,7 @@ def test_jax_serialized_executables_load_on_the_same_plugin() -> None:
         import numpy as np, pjrt_py, jax
         from jax._src import xla_bridge
         from jax.experimental import serialize_executable
-        path = pjrt_py.plugin.find_plugin()
+        path = pjrt_py.runtime.discovery.find_plugin()
         xla_bridge.register_plugin("pjrt_py_test", library_path=path)
         jax.config.update("jax_platforms", "pjrt_py_test")
         compiled = jax.jit(lambda x: x * 2 + 1).lower(np.ones(8, np.float32)).compile()

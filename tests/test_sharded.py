@@ -107,7 +107,7 @@ def test_wrong_per_device_arguments_raise_clear_errors(four: pjrt_py.Client) -> 
     on0 = four.buffer(x, device=four.devices[0])
     with pytest.raises(ValueError, match="argument 0 on device 1 is on .*copy_to_device"):
         exe.execute_sharded([[on0]] * 4)
-    assert pjrt_py.effects.running(four) == 0
+    assert pjrt_py.programs.effects.running(four) == 0
 
 
 def test_bad_replica_requests_never_reach_the_plugin(four: pjrt_py.Client) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import pjrt_py
-from pjrt_py.buffer import aligned_empty
+from pjrt_py.runtime.buffer import aligned_empty
 
 pytestmark = pytest.mark.needs_torch  # selected by .ci/run's torch step (-m needs_torch)
 torch = pytest.importorskip("torch", reason="needs torch, which is not installed (the torch extra)")

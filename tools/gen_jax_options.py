@@ -1,4 +1,4 @@
-"""Regenerate ``pjrt_py/_jax_options.py`` from the installed jaxlib.
+"""Regenerate ``pjrt_py/programs/jax_options.py`` from the installed jaxlib.
 
     python tools/gen_jax_options.py
 
@@ -21,9 +21,9 @@ import jaxlib
 from jax._src import compiler
 from jax._src.lib import xla_client as xc
 
-from pjrt_py._hlo_proto import fields
+from pjrt_py.programs.proto import fields
 
-OUT = Path(__file__).resolve().parents[1] / "pjrt_py" / "_jax_options.py"
+OUT = Path(__file__).resolve().parents[1] / "pjrt_py" / "programs" / "jax_options.py"
 
 
 def _split(data: bytes) -> tuple[bytes, list[tuple[int, Any]], list[tuple[int, Any]]]:

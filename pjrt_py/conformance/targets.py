@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..plugin import find_plugin, plugins
+from ..runtime.discovery import find_plugin, plugins
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..dtypes import as_dtype_of
-from ..errors import UnimplementedError
+from ..runtime.dtypes import as_dtype_of
+from ..runtime.errors import UnimplementedError
 from .cases import load
 from .checks import RewriteError, rewrite
 from .compare import compare
@@ -98,7 +98,7 @@ def run_case(client: Any, path: Path) -> dict[str, Any]:
 
 def serve(plugin: str, requests: IO[str], replies: IO[str]) -> None:
     from ..client import Client
-    from ..plugin import load_plugin
+    from ..runtime.plugin import load_plugin
 
     def reply(record: dict[str, Any]) -> None:
         replies.write(json.dumps(record) + "\n")

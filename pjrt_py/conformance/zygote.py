@@ -43,7 +43,7 @@ def _worker_main(plugin: str, requests: int, replies: int, stderr: int) -> NoRet
     """A worker forked from the zygote: the same as ``worker.main``."""
     code = 0
     try:
-        from .. import _runtime
+        from ..runtime import process as _runtime
         from . import worker
 
         _die_with_parent()
@@ -143,7 +143,7 @@ class Zygote:
         """Whether forking one is safe and supported here: on Linux, in a
         process with one Python thread and no plugin loaded (so no plugin
         thread either)."""
-        from .. import plugin
+        from ..runtime import plugin
 
         return (
             sys.platform.startswith("linux")

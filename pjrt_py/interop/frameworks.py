@@ -1,0 +1,119 @@
+"""Handing buffers to torch and jax: ``to_torch`` and ``to_jax``, zero-copy where memory allows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..runtime.buffer import Buffer
+from ..runtime.errors import PjrtError
+from ..runtime.promise import BufferPromise
+from . import dlpack  # noqa: F401  (installs Buffer.__dlpack__)
+from .dlpack import CPU, dlpack_device
+
+
+def to_torch(x: Buffer | BufferPromise) -> Any:
+    """A ``torch.Tensor`` sharing the buffer's memory on CPU (``torch.from_dlpack``).
+
+    Parameters
+    ----------
+    x : Buffer or BufferPromise
+        The buffer, or a promise of one buffer (DLPack export waits until its
+        data is there).
+
+    Returns
+    -------
+    torch.Tensor
+        The tensor; on CPU it views the buffer's memory (no copy).
+
+    Raises
+    ------
+    TypeError
+        If torch cannot take the buffer through DLPack (its dtype, say).
+    ImportError
+        If torch is not installed.
+    PjrtError
+        If the work that makes the buffer failed (its own error).
+    """
+    import torch
+
+    buffer = x.buffer() if isinstance(x, BufferPromise) else x
+    try:
+        return torch.utils.dlpack.from_dlpack(buffer)
+    except PjrtError:
+        raise  # the work that made the buffer failed: its own error
+    except (BufferError, RuntimeError) as e:
+        raise TypeError(f"torch cannot take a {buffer.dtype} buffer through DLPack: {e}") from e
+
+
+def to_jax(x: Buffer | BufferPromise) -> Any:
+    """A ``jax.Array`` sharing the buffer's memory on CPU.
+
+    jax's own ``jax.numpy.from_dlpack`` also does this, at some 100 us a
+    call on a small CPU machine; this goes to the jaxlib call underneath
+    (some 13 us) where it has the signature pjrt_py knows, and the dtype is
+    one jax keeps as is (with x64 off, jax narrows 64-bit types: that copy is
+    left to jax).
+
+    Parameters
+    ----------
+    x : Buffer or BufferPromise
+        The buffer, or a promise of one buffer (DLPack export waits until its
+        data is there).
+
+    Returns
+    -------
+    jax.Array
+        The array; for a CPU buffer, on jax's CPU device and viewing the
+        buffer's memory (no copy).
+
+    Raises
+    ------
+    TypeError
+        If jax cannot take the buffer through DLPack (its dtype, say).
+    ImportError
+        If jax is not installed.
+    PjrtError
+        If the work that makes the buffer failed (its own error).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    buffer = x.buffer() if isinstance(x, BufferPromise) else x
+    fast = _jax_import()
+    try:
+        if fast is not None and dlpack_device(buffer)[0] == CPU:
+            dtype = buffer.dtype
+            if jax.dtypes.canonicalize_dtype(dtype) == dtype:
+                return fast(buffer.__dlpack__(), _jax_cpu(), None, None, CPU)
+        return jnp.from_dlpack(buffer)
+    except PjrtError:
+        raise  # the work that made the buffer failed: its own error
+    except (BufferError, RuntimeError) as e:
+        raise TypeError(f"jax cannot take a {buffer.dtype} buffer through DLPack: {e}") from e
+
+
+_JAX_IMPORT: list[Any] = []
+
+
+def _jax_import() -> Any:
+    """jaxlib's DLPack import (device, stream, copy, device type), or None."""
+    if not _JAX_IMPORT:
+        found = None
+        try:
+            from jax._src.lib import _jax, jaxlib_extension_version  # type: ignore[attr-defined]
+
+            if jaxlib_extension_version >= 467:
+                found = _jax.dlpack_managed_tensor_to_buffer
+        except (ImportError, AttributeError):
+            pass
+        _JAX_IMPORT.append(found)
+    return _JAX_IMPORT[0]
+
+
+def _jax_cpu() -> Any:
+    import jax
+
+    return jax.devices("cpu")[0]
+
+
+__all__ = ["to_jax", "to_torch"]

@@ -1,0 +1,77 @@
+"""How ``pjrt_py.jit`` reads a call: static argument numbers, the flattened
+call, each leaf's shape and dtype, and how outputs are handed back."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .interop.frameworks import to_jax, to_torch
+from .runtime.buffer import Buffer
+
+_SCALARS = (bool, int, float, complex)
+
+
+_CONVERTERS: dict[str, Callable[[Buffer], Any] | None] = {
+    "buffer": None,
+    "numpy": Buffer.to_numpy,
+    "jax": to_jax,
+    "torch": to_torch,
+}
+
+
+def _converter(out: str | Callable[[Buffer], Any]) -> Callable[[Buffer], Any] | None:
+    if callable(out):
+        return out
+    if isinstance(out, str) and out in _CONVERTERS:
+        return _CONVERTERS[out]
+    raise ValueError(f"out must be one of {sorted(_CONVERTERS)} or a callable, got {out!r}")
+
+
+class _Call(NamedTuple):
+    """One call's arguments, split and flattened (see Jitted._flatten_call)."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    dyn: tuple[Any, ...]  # the non-static positional arguments
+    dyn_kw: dict[str, Any]  # the non-static keyword arguments
+    static: tuple[Any, ...]  # hashable (position or name, value) pairs
+    leaves: list[Any]  # flat arrays, converted as JAX would
+    treedef: Any  # the structure of (dyn, dyn_kw)
+    specs: tuple[Any, ...]  # one hashable (shape, dtype) or scalar type per leaf
+
+
+def _absolute_argnums(
+    nums: tuple[int, ...], params: list[inspect.Parameter], positional: int
+) -> tuple[int, ...]:
+    """``static_argnums`` with negative positions counted from the end, as jax does.
+
+    A negative position needs a known number of positional parameters: with
+    ``*args`` (or no readable signature) it is refused rather than guessed.
+    """
+    for i in nums:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"static_argnums must be ints, got {i!r}")
+    if all(i >= 0 for i in nums):
+        return nums
+    if not params or any(p.kind == p.VAR_POSITIONAL for p in params):
+        raise ValueError(
+            f"static_argnums={nums} counts from the end, which needs a function with a fixed "
+            "number of positional parameters (no *args): give non-negative positions"
+        )
+    out = tuple(i + positional if i < 0 else i for i in nums)
+    if any(i < 0 for i in out):
+        raise ValueError(
+            f"static_argnums={nums}: the function takes {positional} positional argument(s)"
+        )
+    return out
+
+
+def _meta(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """(shape, dtype) of a Buffer or an array."""
+    if isinstance(x, Buffer):
+        return x._metadata()
+    return x.shape, x.dtype

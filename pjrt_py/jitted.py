@@ -1,0 +1,356 @@
+"""``Jitted``: a function ``pjrt_py.jit`` wraps, with its executables cached per call signature.
+
+See ``pjrt_py.jit`` for what a call's signature is and how calls run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .callbacks import host_callback
+from .callbacks import jax_callbacks as _jax_callbacks
+from .defaults import default_client
+from .interop import jax_types as _jax_types
+from .interop.foreign import Foreign, is_foreign
+from .interop.frameworks import to_jax
+from .jit_args import _SCALARS, _absolute_argnums, _Call
+from .lowered import Lowered
+from .programs.executable import Executable
+from .runtime.buffer import Buffer
+from .runtime.promise import BufferPromise
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+_JAX: Any = None
+_flatten: Any = None  # jax.tree_util.tree_flatten / tree_unflatten, bound on first use
+_unflatten: Any = None
+
+
+def _jax() -> Any:
+    global _JAX, _flatten, _unflatten
+    if _JAX is None:
+        try:
+            import jax
+        except ImportError:
+            raise ImportError(
+                "pjrt_py.jit traces functions with JAX: pip install jax (or pjrt_py[test])"
+            ) from None
+        _JAX = jax
+        _flatten, _unflatten = jax.tree_util.tree_flatten, jax.tree_util.tree_unflatten
+    return _JAX
+
+
+_Entry = tuple[Executable, Any, bool, tuple[bool, ...]]
+
+
+class Jitted:
+    """A function compiled per call signature; made by ``jit``.
+
+    Parameters
+    ----------
+    fn : callable
+        The JAX-traceable function.
+    static_argnums : int or sequence of int
+        Positions of the static arguments. A static position also makes its
+        parameter's name static, as in ``jax.jit``.
+    static_argnames : str or sequence of str
+        Names of the static arguments; a static name also makes its position
+        static.
+    client : Client or None
+        Where to compile and run; ``pjrt_py.default_client()`` (on first use)
+        if None.
+    convert : callable, optional
+        Applied to each output Buffer (``jit``'s ``out=``); None returns the
+        Buffers.
+
+    Raises
+    ------
+    TypeError
+        If ``fn`` is not callable.
+    ImportError
+        If jax is not installed.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        static_argnums: int | Sequence[int],
+        static_argnames: str | Sequence[str],
+        client: Client | None,
+        convert: Callable[[Buffer], Any] | None = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"jit expects a callable, got {type(fn).__name__}")
+        _jax()  # jax is needed from the first call on; say so now if it is missing
+        self.fn = fn
+        nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+        names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        self._params: list[inspect.Parameter] = []
+        with contextlib.suppress(TypeError, ValueError):
+            self._params = list(inspect.signature(fn).parameters.values())
+        # Like jax.jit: a static name also makes its position static, and back.
+        positional = [
+            p.name for p in self._params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        nums = _absolute_argnums(nums, self._params, len(positional))
+        nums += tuple(positional.index(n) for n in names if n in positional)
+        names += tuple(positional[i] for i in nums if 0 <= i < len(positional))
+        self.static_argnums = tuple(sorted(set(nums)))
+        self.static_argnames = tuple(sorted(set(names)))
+        self._client = client
+        self._convert = convert  # applied to each output (jit's out=)
+        # signature -> (executable, output structure, whether it is one array,
+        # which outputs jax returns weakly typed)
+        self._cache: dict[Any, _Entry] = {}
+        self._flat: dict[Any, _Entry] = {}  # all-Buffer calls, by (context, metadata)
+        self._lock = threading.Lock()
+        self._jax_jit: Any = None
+        functools.update_wrapper(self, fn)
+
+    @property
+    def client(self) -> Client:
+        """The client this function compiles and runs on (``default_client()`` if none)."""
+        if self._client is None:
+            self._client = default_client()
+        return self._client
+
+    # -- signatures -------------------------------------------------------
+    def _split(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """(dynamic args, dynamic kwargs, hashable static values)."""
+        nums, names = self.static_argnums, self.static_argnames
+        if not nums and not names:
+            return args, kwargs, ()
+        dyn = tuple(a for i, a in enumerate(args) if i not in nums)
+        dyn_kw = {k: v for k, v in kwargs.items() if k not in names}
+        static = tuple((i, args[i]) for i in nums if i < len(args)) + tuple(
+            sorted((k, v) for k, v in kwargs.items() if k in names)
+        )
+        try:
+            hash(static)
+        except TypeError as e:
+            raise TypeError(f"static arguments must be hashable: {e}") from None
+        return dyn, dyn_kw, static
+
+    def _leaf_specs(self, leaves: list[Any]) -> tuple[Any, ...]:
+        """One hashable spec per leaf; converts leaves in place where JAX would."""
+        specs = []
+        for i, x in enumerate(leaves):
+            t = type(x)
+            if t is Buffer:
+                specs.append(x._meta or x._metadata())
+            elif t in _SCALARS:
+                specs.append(t)  # weakly typed: the value is not part of the key
+            elif t is np.ndarray or isinstance(x, np.generic):
+                x = np.asarray(x)
+                dtype = _jax_types.canonical(x.dtype)
+                if dtype != x.dtype:
+                    x = x.astype(dtype)
+                leaves[i] = x
+                specs.append((x.shape, x.dtype))
+            elif t is BufferPromise:
+                leaves[i] = buf = x.buffer()
+                specs.append(buf._metadata())
+            elif is_foreign(x):  # jax, torch, ...: taken through DLPack
+                weak = _jax_types.is_weak(x)  # traced weak, as jax traces it
+                foreign = Foreign(x, self.client)
+                dtype = _jax_types.canonical(foreign.dtype)
+                if dtype != foreign.dtype:  # as JAX would: narrowed, so copied
+                    leaves[i] = np.asarray(foreign.tensor.as_array(foreign.dtype), dtype=dtype)
+                else:
+                    leaves[i] = foreign
+                specs.append((foreign.shape, dtype, True) if weak else (foreign.shape, dtype))
+            else:
+                raise TypeError(
+                    f"pjrt_py.jit argument of type {t.__name__}: expected pjrt_py "
+                    f"Buffers, promises, numpy arrays, Python/numpy scalars or DLPack "
+                    f"producers (jax, torch, ...)"
+                )
+        return tuple(specs)
+
+    def _flatten_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
+        """Split off the static arguments and flatten the rest (leaves converted)."""
+        dyn, dyn_kw, static = self._split(args, kwargs)
+        leaves, treedef = _flatten((dyn, dyn_kw))
+        specs = self._leaf_specs(leaves)
+        return _Call(args, kwargs, dyn, dyn_kw, static, leaves, treedef, specs)
+
+    def _entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
+        """The cache entry for a call, and the call's flat arguments."""
+        call = self._flatten_call(args, kwargs)
+        # jax's configuration is part of the key, as in jax.jit (see _jax_types).
+        context = _jax_types.context()
+        key = (call.treedef, call.specs, call.static, context)
+        entry = self._cache.get(key)
+        if entry is None:
+            with self._lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    lowered = self._lower(call)
+                    out_tree = lowered.out_tree
+                    single = out_tree == _jax().tree_util.tree_structure(0)
+                    entry = (lowered.compile(), out_tree, single, lowered.weak_outputs)
+                    self._cache[key] = entry
+        leaves = call.leaves
+        if not kwargs and all(type(a) is Buffer for a in args) and len(leaves) == len(args):
+            # Arguments that are all Buffers map to this entry without flattening.
+            self._flat[(context, tuple(a._metadata() for a in args))] = entry
+        return entry, leaves
+
+    # -- stages -----------------------------------------------------------
+    def _lower(self, call: _Call) -> Lowered:
+        jax = _jax()
+        if self._jax_jit is None:
+            self._jax_jit = jax.jit(
+                self.fn,
+                static_argnums=self.static_argnums,
+                static_argnames=self.static_argnames,
+                keep_unused=True,  # every flat argument stays a parameter of @main
+            )
+        abstract = [
+            x if type(x) in _SCALARS else _jax_types.abstract(spec)
+            for x, spec in zip(call.leaves, call.specs, strict=True)
+        ]
+        abs_dyn, abs_kw = _unflatten(call.treedef, abstract)
+        it = iter(abs_dyn)
+        full = tuple(a if i in self.static_argnums else next(it) for i, a in enumerate(call.args))
+        full_kw = {
+            k: (v if k in self.static_argnames else abs_kw[k]) for k, v in call.kwargs.items()
+        }
+        lowered = self._lower_for_client(full, full_kw)
+        compile_args = getattr(getattr(lowered, "_lowering", None), "compile_args", {})
+        text = lowered.as_text()
+        callbacks = list(compile_args.get("host_callbacks") or ())
+        routes = None
+        if callbacks:  # jax's pure_callback, io_callback, debug.print: see _jax_callbacks
+            host_callback.install_router(self.client)
+            routes = _jax_callbacks.Routes(callbacks)
+            text = _jax_callbacks.route_callbacks(text, routes)
+        ordered = bool(compile_args.get("ordered_effects"))
+        if ordered:
+            text = _jax_callbacks.without_main_tokens(text)
+        names = self._arg_names(call.dyn, call.dyn_kw)
+        result = Lowered(self.client, text, call.treedef, lowered.out_tree, names, routes, ordered)
+        result.weak_outputs = _jax_types.weak_outputs(lowered)
+        return result
+
+    def _lower_for_client(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """jax's lowering for the client's platform, not for jax's default backend.
+
+        Lowering rules differ by platform (a CUDA client must not run what jax
+        lowered for its CPU). jax lowers a host callback for a platform only
+        where it has a backend of it: without one (jax's CPU build next to a
+        CUDA plugin), the default lowering is used, whose callbacks pjrt_py
+        rewrites the same way (see ``_jax_callbacks``).
+        """
+        platform = self.client.platform_name
+        trace = getattr(self._jax_jit, "trace", None)
+        if trace is not None and platform in ("cpu", "cuda", "rocm"):
+            try:
+                return trace(*args, **kwargs).lower(lowering_platforms=(platform,))
+            except (TypeError, RuntimeError, NotImplementedError) as e:
+                if "backend" not in str(e).lower() and not isinstance(e, TypeError):
+                    raise
+        return self._jax_jit.lower(*args, **kwargs)
+
+    def _arg_names(self, dyn: tuple[Any, ...], dyn_kw: dict[str, Any]) -> list[str]:
+        """``x``, ``params['w']``: a name per flat argument, for argument errors."""
+        tree_util = _jax().tree_util
+        positional = [
+            p.name for p in self._params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        dyn_names = [n for i, n in enumerate(positional) if i not in self.static_argnums]
+        names = []
+        for index, value in enumerate(dyn):
+            base = dyn_names[index] if index < len(dyn_names) else f"args[{index}]"
+            for path, _ in tree_util.tree_flatten_with_path(value)[0]:
+                names.append(base + tree_util.keystr(path))
+        for key in sorted(dyn_kw):
+            for path, _ in tree_util.tree_flatten_with_path(dyn_kw[key])[0]:
+                names.append(key + tree_util.keystr(path))
+        return names
+
+    def lower(self, *args: Any, **kwargs: Any) -> Lowered:
+        """Lower for these arguments' signature without running (seed 004's stages).
+
+        The function's cache is neither read nor filled; errors of jax's
+        tracing and lowering pass through.
+
+        Parameters
+        ----------
+        *args, **kwargs
+            Arguments as for a call, static ones included; only their
+            structure, shapes and dtypes (and the static values) matter.
+
+        Returns
+        -------
+        Lowered
+            The StableHLO for this signature, ready to ``compile``.
+
+        Raises
+        ------
+        TypeError
+            If a static argument is not hashable, or an argument is of a type
+            ``jit`` cannot take.
+        """
+        return self._lower(self._flatten_call(args, kwargs))
+
+    # -- calls --------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run on pjrt_py; returns the outputs (Buffers, in ``fn``'s structure) at once."""
+        if not kwargs and not self.static_argnums:
+            # The common case, kept short: every argument a Buffer whose
+            # metadata is known (e.g. an earlier call's output). No pytree to
+            # flatten: the key is the arguments' (shape, dtype)s.
+            metas = []
+            for a in args:
+                if type(a) is not Buffer or a._meta is None:
+                    break
+                metas.append(a._meta)
+            else:
+                entry = self._flat.get((_jax_types.context(), tuple(metas)))
+                if entry is not None:
+                    return self._outputs(entry, entry[0].execute_async(*args)._buffers)
+        entry, leaves = self._entry(args, kwargs)
+        return self._outputs(entry, entry[0].execute_async(*leaves)._buffers)
+
+    def _outputs(self, entry: _Entry, buffers: Sequence[Any]) -> Any:
+        """The call's result: ``buffers`` converted (``out=``) in ``fn``'s structure."""
+        _, out_tree, single, weak = entry
+        if self._convert is not None:
+            buffers = [self._convert(b) for b in buffers]
+            if self._convert is to_jax and any(weak):  # weak where jax's would be
+                buffers = [
+                    _jax_types.as_weak(b) if w else b for b, w in zip(buffers, weak, strict=True)
+                ]
+        return buffers[0] if single else _unflatten(out_tree, buffers)
+
+    def cache_size(self) -> int:
+        """How many signatures have been compiled.
+
+        Returns
+        -------
+        int
+            The number of call signatures in this function's cache.
+        """
+        return len(self._cache)
+
+    def clear_cache(self) -> None:
+        """Forget every compiled signature; the next call of each lowers and compiles again.
+
+        Compiling again may take the program from the client's compile cache.
+        """
+        with self._lock:
+            self._cache.clear()
+            self._flat.clear()
+
+    def __repr__(self) -> str:
+        return f"<pjrt_py.jit {getattr(self.fn, '__qualname__', self.fn)!r}>"
