@@ -131,6 +131,10 @@ class _Package(types.ModuleType):
 def install(package: types.ModuleType) -> None:
     """Let the old paths import (once per process)."""
     package.__class__ = _Package
+    # The class would lend the package its own ``__module__`` (this module's
+    # name); tools that read an object's ``__module__`` (griffe, which builds
+    # the API reference) then took the package for this module.
+    vars(package).setdefault("__module__", package.__name__)
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
 

@@ -103,6 +103,12 @@ def test_importing_an_old_path_leaves_the_public_function_of_that_name() -> None
         assert pjrt_py.plugin.find_plugin is discovery.find_plugin  # a split one
 
 
+def test_the_package_is_its_own_module_to_tools_that_ask() -> None:
+    # griffe (the API reference) reads __module__: the swapped class's own
+    # was "pjrt_py._moved", and the site's build then found no pjrt_py.Client
+    assert pjrt_py.__module__ == "pjrt_py"
+
+
 def test_an_unknown_attribute_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'no_such_thing'"):
         _ = pjrt_py.no_such_thing  # type: ignore[attr-defined]
