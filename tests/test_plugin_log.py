@@ -235,3 +235,19 @@ def test_a_child_forked_during_a_capture_has_its_own_stderr() -> None:
     assert "child status 0" in result.stdout
     assert "from the child\n" in result.stderr
     assert "child's plugin line" in result.stderr  # logged (lastResort) in the child
+
+
+def test_a_process_without_stderr_still_compiles() -> None:
+    # Nothing to take (descriptor 2 closed, as under `2>&-`): the capture
+    # steps aside instead of failing the compile.
+    result = _in_subprocess(
+        f"""
+        import os, numpy as np, pjrt_py
+        os.close(2)
+        c = pjrt_py.Client()
+        exe = c.compile("{ADD}")
+        c.deserialize(exe.serialize())
+        print(exe.execute(np.ones(8, np.float32)).to_numpy().sum())
+        """
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "16.0", result.stdout

@@ -91,22 +91,28 @@ class _Capture:
         self.held_at = -1  # the file offset of the first held line
         self.pump: threading.Thread | None = None
 
-    def start(self) -> None:
-        sys.stderr.flush()
-        if self.fd < 0:
-            fd, path = tempfile.mkstemp(prefix="pjrt_py-stderr-")
-            os.unlink(path)
-            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
-            self.fd = fd
-        os.ftruncate(self.fd, 0)
+    def start(self) -> bool:
+        """Take descriptor 2; False (nothing taken) where it cannot be."""
+        with contextlib.suppress(AttributeError, OSError, ValueError):  # None, or closed
+            sys.stderr.flush()
+        try:
+            if self.fd < 0:
+                fd, path = tempfile.mkstemp(prefix="pjrt_py-stderr-")
+                os.unlink(path)
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+                self.fd = fd
+            os.ftruncate(self.fd, 0)
+            self.saved = os.dup(2)
+        except OSError:  # no stderr (closed), or no temporary file: left as it is
+            return False
         self.read, self.held, self.held_at = 0, [], -1
-        self.saved = os.dup(2)
         _core.stderr_replay(self.fd, self.saved, 0)
         os.dup2(self.fd, 2)
         if self.pump is None:
             self.pump = threading.Thread(target=self._pump, name="pjrt_py-stderr", daemon=True)
             self.pump.start()
         self.cond.notify()
+        return True
 
     def drain(self, final: bool) -> None:
         """Deliver what the file gained: other output to stderr, the plugin's lines held."""
@@ -165,10 +171,15 @@ def captured() -> Iterator[None]:
         return
     state = _state
     with state.cond:
-        if state.depth == 0:
-            state.start()
-        state.depth += 1
+        if state.depth == 0 and not state.start():
+            taken = False
+        else:
+            taken = True
+            state.depth += 1
         epoch = state.epoch
+    if not taken:
+        yield
+        return
     try:
         yield
     finally:
