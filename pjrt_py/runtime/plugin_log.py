@@ -132,7 +132,8 @@ class _Capture:
             at += len(raw)
         self.read += len(data)
         if other:
-            _write_all(self.saved, b"".join(other))
+            with contextlib.suppress(OSError):  # a stderr refusing writes: as for the plugin's
+                _write_all(self.saved, b"".join(other))
         # A crash replays from the first line not yet delivered.
         _core.stderr_replay(self.fd, self.saved, self.held_at if self.held else self.read)
 
@@ -151,8 +152,7 @@ class _Capture:
             while True:
                 self.cond.wait(PUMP_SECONDS if self.depth else None)
                 if self.depth and self.saved >= 0:
-                    with contextlib.suppress(OSError):  # a stderr refusing writes: at the end
-                        self.drain(final=False)
+                    self.drain(final=False)
 
 
 _state = _Capture()
