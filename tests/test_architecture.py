@@ -126,3 +126,23 @@ def test_the_public_names_are_the_ones_before_the_move() -> None:
     assert old <= set(pjrt_py.__all__)
     for name in old:
         assert getattr(pjrt_py, name) is not None
+
+
+NATIVE = ROOT / "native"
+
+
+def test_native_files_stay_small_and_say_what_they_need() -> None:
+    """native/: a file per type or mechanism, each naming its header (issue 26)."""
+    core = (NATIVE / "core.c").read_text()
+    for path in sorted(NATIVE.glob("*.c")):
+        text = path.read_text()
+        lines = text.count("\n")
+        assert lines <= 425, f"native/{path.name} has {lines} lines: split it by concept"
+        if path.name == "core.c":
+            continue
+        assert f'#include "{path.name}"' in core, f"core.c does not build native/{path.name}"
+        assert '#include "' in text.split("*/", 1)[-1][:400], (
+            f"native/{path.name} does not include the header of what it uses"
+        )
+    for path in sorted(NATIVE.glob("*.h")):
+        assert path.read_text().count("\n") <= 200, f"native/{path.name} is over 200 lines"
