@@ -146,3 +146,19 @@ def test_native_files_stay_small_and_say_what_they_need() -> None:
         )
     for path in sorted(NATIVE.glob("*.h")):
         assert path.read_text().count("\n") <= 200, f"native/{path.name} is over 200 lines"
+
+
+def test_the_package_stays_a_plain_module_until_an_old_path_is_imported() -> None:
+    # A package of another class hides its classes from griffe, which builds
+    # the API reference by inspection ("pjrt_py.Client could not be found").
+    code = (
+        "import types, warnings, pjrt_py\n"
+        "print(type(pjrt_py) is types.ModuleType)\n"
+        "warnings.simplefilter('ignore')\n"
+        "import pjrt_py.buffer\n"
+        "print(type(pjrt_py) is types.ModuleType, isinstance(pjrt_py.buffer, types.FunctionType))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    ).stdout.split()
+    assert out == ["True", "False", "True"]
