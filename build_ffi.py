@@ -154,7 +154,13 @@ def core_extension() -> dict[str, object]:
         "libraries": ["dl", "pthread"],
         "define_macros": [("Py_LIMITED_API", LIMITED_API)],
         "py_limited_api": True,
-        "extra_compile_args": ["-O2", "-std=gnu11", "-Wall", "-Wno-unused-function"],
+        "extra_compile_args": [
+            "-O2",
+            "-std=gnu11",
+            "-Wall",
+            "-Wno-unused-function",
+            "-Werror=implicit-function-declaration",
+        ],
     }
 
 

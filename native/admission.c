@@ -23,6 +23,7 @@
  * max_inflight_computations_per_device has 32 as its default, and the C API
  * does not report it.
  */
+#include "client.h"
 
 #define PJRT_PY_INFLIGHT_LIMIT 32
 

@@ -6,10 +6,11 @@
  * to Python at once and leaves the free to the last unpin. Calls made with
  * the GIL held need no pin: delete() needs the GIL too.
  */
+#include "promise.h"
 
 #define PJRT_PY_DIRECT_READ_BYTES (256 << 10) /* see DIRECT_READ_BYTES in buffer.py */
 
-static PyObject* hook_unpickle; /* (array, device id) -> Buffer, from pjrt_py.buffer */
+static PyObject* hook_unpickle; /* (array, device id) -> Buffer, from pjrt_py.runtime.buffer */
 
 static const char* buffer_dead_message(const BufferObject* b) {
   return b->state == BUF_DONATED ? "buffer was donated to an execution and is no longer valid"
@@ -76,7 +77,7 @@ static int buffer_pin(BufferObject* b) {
 }
 
 /* Frees the handle of a buffer dead to Python once nothing uses it: no call
- * (pins) and no DLPack export lending its memory (exports, dlpack.c). */
+ * (pins) and no DLPack export lending its memory (exports, dlpack_export.c). */
 static void buffer_free_if_unused(BufferObject* b) {
   if (b->pins == 0 && b->exports == 0 && b->state != BUF_LIVE) buffer_free_handle(b);
 }
@@ -87,7 +88,7 @@ static void buffer_unpin(BufferObject* b) {
 }
 
 /* Makes b dead to Python; frees the handle now, or when the last call using
- * it (unpin) or the last DLPack export lending its memory (dlpack.c) ends. */
+ * it (unpin) or the last DLPack export lending its memory (dlpack_export.c) ends. */
 static void buffer_retire(BufferObject* b, int state) {
   if (b->state == BUF_LIVE) b->state = (unsigned char)state;
   buffer_free_if_unused(b);

@@ -1,5 +1,6 @@
 /* pjrt_py.Buffer's Python face: reading data out, devices, copies and
  * pickling, and the type itself. Lifetime and metadata are in buffer.c. */
+#include "promise.h"
 
 /* ---- device to host -------------------------------------------------------------- */
 
@@ -34,7 +35,7 @@ static PyObject* buffer_copy_out(BufferObject* b, size_t direct_limit, int wait)
     result = wait ? array : promise_of_array(c, array, (PyObject*)b, NULL);
   } else if (c->cpu && buffer_dense_state(b, nbytes, (size_t)ndim) == 2 &&
              (permuted = buffer_read_permuted(b, (PyArrayObject*)array)) != 0) {
-    /* A dense layout in another dimension order (dlpack.c); -1: an exception. */
+    /* A dense layout in another dimension order (layout.c); -1: an exception. */
     if (permuted < 0) {
       Py_DECREF(array);
     } else {
@@ -126,7 +127,7 @@ static PyObject* buffer_unsafe_pointer(BufferObject* b, PyObject* unused) {
  * Like a jax.Array: copy.copy and copy.deepcopy make a new buffer with the
  * same data on the same device (so deleting or donating one leaves the other
  * alone); pickling stores the data and the device id, and unpickling places it
- * with pjrt_py.default_client() (see pjrt_py.buffer._unpickle). */
+ * with pjrt_py.default_client() (see pjrt_py.runtime.buffer._unpickle). */
 
 static PyObject* buffer_copy(BufferObject* b, PyObject* unused) {
   (void)unused;
@@ -149,7 +150,7 @@ static PyObject* buffer_deepcopy(BufferObject* b, PyObject* memo) {
 static PyObject* buffer_reduce(BufferObject* b, PyObject* unused) {
   (void)unused;
   if (hook_unpickle == NULL) {
-    PyErr_SetString(PyExc_TypeError, "pjrt_py.buffer is not initialised");
+    PyErr_SetString(PyExc_TypeError, "pjrt_py.runtime.buffer is not initialised");
     return NULL;
   }
   PyObject* device = buffer_get_device(b, NULL);
@@ -168,7 +169,7 @@ static PyObject* buffer_reduce(BufferObject* b, PyObject* unused) {
 
 /* ---- DLPack ------------------------------------------------------------------------
  * The protocol (versions, copy=, dl_device=, stream=) is decided in
- * pjrt_py/dlpack.py; the capsule is made in dlpack.c. */
+ * pjrt_py/interop/dlpack.py; the capsule is made in dlpack_export.c. */
 
 static PyObject* hook_dlpack;        /* (buffer, *args, **kwargs) -> capsule */
 static PyObject* hook_dlpack_device; /* buffer -> (device_type, device_id) */
@@ -176,7 +177,7 @@ static PyObject* hook_dlpack_device; /* buffer -> (device_type, device_id) */
 static PyObject* buffer_call_hook(PyObject* hook, BufferObject* b, PyObject* args,
                                   PyObject* kwargs) {
   if (hook == NULL) {
-    PyErr_SetString(PyExc_TypeError, "pjrt_py.dlpack is not initialised");
+    PyErr_SetString(PyExc_TypeError, "pjrt_py.interop.dlpack is not initialised");
     return NULL;
   }
   Py_ssize_t n = args ? PyTuple_Size(args) : 0;

@@ -5,6 +5,7 @@
  * the gate, state.c) and runs the callbacks. A callback's exception never
  * stops the others.
  */
+#include "promise.h"
 
 /* Runs each callback; one that raises (anything) is reported through the
  * hook and the others still run. Where the callbacks run on the thread that
@@ -133,11 +134,11 @@ static PyObject* promise_add_done_callback(PromiseObject* p, PyObject* fn) {
   Py_RETURN_NONE;
 }
 
-/* await: the iterator comes from pjrt_py.promise (an asyncio future woken by
+/* await: the iterator comes from pjrt_py.runtime.promise (an asyncio future woken by
  * a done callback). */
 static PyObject* promise_await(PromiseObject* p) {
   if (hook_await == NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "pjrt_py.promise is not initialised");
+    PyErr_SetString(PyExc_RuntimeError, "pjrt_py.runtime.promise is not initialised");
     return NULL;
   }
   PyObject* awaitable = PyObject_CallFunctionObjArgs(hook_await, (PyObject*)p, NULL);

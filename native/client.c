@@ -6,6 +6,8 @@
  * After close the struct may be freed, so this object never reads it again,
  * except to balance a pin taken before (a pin holds a reference).
  */
+#include "promise.h"
+#include "dlpack.h"
 
 #define PJRT_PY_STAGED_COPY_BYTES (32 << 20) /* see STAGED_COPY_BYTES in buffer.py */
 
@@ -195,7 +197,7 @@ static PyObject* client_core_from_host(ClientCoreObject* self, PyObject* args) {
 }
 
 /* _view(tensor, type, device, meta, stream=0) -> Buffer: a zero-copy view of a DLPack
- * tensor's memory (see dlpack.c). pjrt_py.dlpack checked the plugin has
+ * tensor's memory (see dlpack_import.c). pjrt_py.interop.dlpack checked the plugin has
  * CreateViewOfDeviceBuffer, the dtype, the alignment and the layout. */
 static PyObject* client_core_view(ClientCoreObject* self, PyObject* args) {
   PyObject *tensor, *device_address, *meta;

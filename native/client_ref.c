@@ -11,6 +11,8 @@
  * forever, or pull the plugin's work runner from under them: the client goes
  * to the reaper instead (state.c).
  */
+#include "client.h"
+
 #include <stdlib.h>
 
 static pjrt_py_client* client_new(const PJRT_Api* api, PJRT_Client* client, int cpu) {
@@ -33,7 +35,7 @@ static pjrt_py_client* client_new(const PJRT_Api* api, PJRT_Client* client, int 
   return c;
 }
 
-static void run_with_gil(void (*fn)(void*), void* arg); /* dlpack.c */
+static void run_with_gil(void (*fn)(void*), void* arg); /* releases.c */
 static void kv_holder_release(void* arg);                 /* kv_store.c */
 
 static void client_destroy_pjrt(pjrt_py_client* c) {

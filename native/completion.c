@@ -11,6 +11,8 @@
  * its wait. Epochs are a list, oldest first; one is freed once it is both
  * closed and empty.
  */
+#include "client.h"
+
 #include <errno.h>
 #include <stdlib.h>
 

@@ -17,7 +17,10 @@
 #include "client_ref.c"
 #include "host.c"
 #include "buffer.c"
-#include "dlpack.c"
+#include "releases.c"
+#include "layout.c"
+#include "dlpack_export.c"
+#include "dlpack_import.c"
 #include "memory.c"
 #include "stream.c"
 #include "buffer_type.c"
@@ -33,6 +36,7 @@
 #include "host_callback.c"
 #include "host_callback_gpu.c"
 #include "kv_store.c"
+#include "dispatch.c"
 #include "executable.c"
 #include "client.c"
 #include "stderr_replay.c"
@@ -41,7 +45,7 @@ static PyObject* hook_await = NULL;
 static PyObject* hook_callback_error = NULL;
 
 /* set_hooks(await_, callback_error, unpickle): Python functions the types
- * call for what is better said in Python (see pjrt_py.promise / .buffer). */
+ * call for what is better said in Python (see pjrt_py.runtime.promise / .buffer). */
 static PyObject* core_set_hooks(PyObject* self, PyObject* args, PyObject* kwargs) {
   (void)self;
   static char* names[] = {"await_", "callback_error", "unpickle", "dlpack", "dlpack_device",

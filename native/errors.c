@@ -1,8 +1,10 @@
 /* PJRT errors -> Python exceptions, and plugin loading.
  *
- * The exception classes are pjrt_py.errors' (a pure Python module this one
+ * The exception classes are pjrt_py.runtime.errors' (a pure Python module this one
  * imports at load): one per PJRT error code, each with .code and .message.
  */
+#include "common.h"
+
 #include <dlfcn.h> /* dlmopen: _GNU_SOURCE, set by the build */
 #include <stdio.h>
 

@@ -9,6 +9,8 @@
  * the GIL back and runs Python's signal handlers, so Ctrl-C raises
  * KeyboardInterrupt within a slice while the work goes on.
  */
+#include "common.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

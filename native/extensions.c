@@ -1,7 +1,8 @@
 /* Which extensions a plugin carries: the types in its PJRT_Api extension
- * chain, in order (pjrt_py.plugin.Plugin.extensions names them). Read-only:
+ * chain, in order (pjrt_py.runtime.plugin.Plugin.extensions names them). Read-only:
  * pjrt_py uses an extension through the file of its concept (ffi.c,
  * stream.c, ...). */
+#include "common.h"
 
 /* plugin_extensions(api) -> [type, ...] */
 static PyObject* core_plugin_extensions(PyObject* self, PyObject* address) {

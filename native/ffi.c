@@ -11,6 +11,7 @@
  * time) and does nothing when run: pjrt_py compiles a call to it once per
  * plugin to learn whether the plugin's compiler sees registered targets
  * (xla-cpu-pjrt 0.81 registers, then compiles "NotFound"). */
+#include "common.h"
 
 typedef struct {
   size_t struct_size;

@@ -4,8 +4,10 @@
  * On a CPU client, an argument that is not a Buffer is asked for a DLPack
  * tensor; one that matches the compiled (shape, dtype) exactly, lies in host
  * memory, is compact row-major and 64-byte aligned becomes a view (the same
- * one pjrt_py.dlpack makes). Anything else, or any error, sends the whole
+ * one pjrt_py.interop.dlpack makes). Anything else, or any error, sends the whole
  * call to the Python path, which takes the tensor again and explains. */
+#include "dlpack.h"
+#include "promise.h"
 
 static int g_dl_code[PJRT_PY_MAX_TYPES]; /* PJRT type -> code << 8 | bits; 0 unknown */
 static PyObject* g_dlpack_name;          /* "__dlpack__" */
@@ -72,7 +74,7 @@ static int foreign_matches(const dlp_tensor* t, PyObject* expect, int* type) {
 /* Whether `arg` is a torch tensor whose memory does not hold its values:
  * torch's lazy negation and conjugation bits (`c.conj().imag`) are not in
  * DLPack, and torch exports the memory as it is. Such a tensor takes the
- * Python path, which resolves the bit into a copy (pjrt_py.dlpack). Only
+ * Python path, which resolves the bit into a copy (pjrt_py.interop.dlpack). Only
  * torch's types are asked (their module starts with "torch"): the answer is
  * kept for the last type seen, which is held so its address stays its own. */
 

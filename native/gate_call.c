@@ -19,6 +19,8 @@
  * destructors (state.c, quick_exit_handler). CPython 3.14 parks such threads
  * itself; the handler then never runs.
  */
+#include "common.h"
+
 #include <unistd.h>
 
 static void gate_park(void* unused) {

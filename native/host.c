@@ -2,8 +2,10 @@
  *
  * A buffer's metadata is one (shape, dtype) tuple, interned so that the
  * argument check of a call is a pointer comparison per argument. The dtype
- * table comes from pjrt_py.dtypes (set_dtypes), which is its one source.
+ * table comes from pjrt_py.runtime.dtypes (set_dtypes), which is its one source.
  */
+#include "buffer.h"
+
 #include <string.h>
 
 #define PJRT_PY_MAX_TYPES 64

@@ -7,7 +7,7 @@
  * creating the client and later from its own threads. Each call here enters
  * the gate (never Python once the exit sequence has begun), takes the GIL
  * and hands the store, the operation, the key and its argument to
- * pjrt_py.kv's dispatcher, which calls the store and answers (code, payload,
+ * pjrt_py.runtime.kv_store's dispatcher, which calls the store and answers (code, payload,
  * interrupted). A value goes back in malloc'd memory with free() as its
  * deleter; a failure becomes a PJRT error made by the plugin's own
  * callback_error, with the code the plugin expects (NOT_FOUND, ...).
@@ -16,6 +16,7 @@
  * after PJRT_Client_Destroy, when the plugin can no longer call (client_ref.c),
  * under the GIL (run_with_gil). A client never destroyed (left to the
  * process exit) keeps it. */
+#include "client.h"
 
 typedef struct {
   PyObject* store;

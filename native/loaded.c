@@ -2,8 +2,7 @@
  * the Executables of one compiled program; freed with the object. A call
  * holds it for its duration, so delete() from another thread cannot free it
  * under PJRT. */
-
-static PyTypeObject* LoadedType;
+#include "executable.h"
 
 /* Loaded(client, address): takes a PJRT_LoadedExecutable of client's. */
 static PyObject* loaded_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {

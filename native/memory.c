@@ -2,6 +2,7 @@
  * Which memories a device has is read in Python (pjrt_py/memory.py); the
  * client checks a target Memory (and that the plugin has the call) before
  * anything here reaches PJRT. */
+#include "promise.h"
 
 /* The PJRT_Memory* holding b, as an int (asked once: buffer_memory). */
 static PyObject* buffer_memory_address(BufferObject* b) {

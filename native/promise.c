@@ -8,6 +8,7 @@
  * see one freed while it waits on it. Notifications are in callbacks.c, the
  * Python types in promise_types.c.
  */
+#include "promise.h"
 
 /* Freed promises, kept for reuse: one is made and freed per dispatch. Their
  * type reference was dropped; PyObject_Init takes it again. */
@@ -55,7 +56,7 @@ static Py_ssize_t promise_count(PromiseObject* p) {
 
 /* The buffers a caller sees: none for a promise of arity 0, which may hold a
  * buffer only for its readiness (an ordered execution with no outputs holds
- * its runtime token, pjrt_py.executable). */
+ * its runtime token, pjrt_py.programs.effects). */
 static Py_ssize_t promise_visible(PromiseObject* p) {
   return p->arity == 0 ? 0 : promise_count(p);
 }

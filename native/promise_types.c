@@ -3,6 +3,7 @@
  * Promises stand for one piece of running work: they are shared, never copied
  * or pickled.
  */
+#include "promise.h"
 
 static PyObject* promise_repr(PromiseObject* p) {
   PyObject* ready = promise_is_ready(p, NULL);

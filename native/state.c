@@ -19,6 +19,8 @@
  * destroyed there (destroying it would wait for them, maybe forever); a
  * thread of ours destroys it once they complete.
  */
+#include "client.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -201,7 +203,7 @@ static PyObject* core_after_fork_in_child(PyObject* self, PyObject* unused) {
   pthread_mutex_init(&g_release_mu, NULL);
   g_released = NULL;
   g_holds = 0;
-  deferred_after_fork(); /* DLPack releases queued for the interpreter (dlpack.c) */
+  deferred_after_fork(); /* DLPack releases queued for the interpreter (releases.c) */
   Py_RETURN_NONE;
 }
 

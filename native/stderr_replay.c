@@ -16,6 +16,8 @@
  * handler, and anything set later by Python's signal module, replace or keep
  * ours as they choose.
  */
+#include "common.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <unistd.h>

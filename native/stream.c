@@ -19,8 +19,9 @@
  * the plugins, so its layout is declared here (version 0: the base, then the
  * two function pointers). Both argument structs end at their last field: no
  * extension_start. CPU plugins have no such extension; the functions below
- * then answer None / raise, and pjrt_py.dlpack keeps host-side ordering.
+ * then answer None / raise, and pjrt_py.interop.dlpack keeps host-side ordering.
  */
+#include "buffer.h"
 
 typedef struct {
   size_t struct_size;

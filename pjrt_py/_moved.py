@@ -108,6 +108,12 @@ class _Finder(importlib.abc.MetaPathFinder):
         package, _, old = fullname.rpartition(".")
         if package != _PACKAGE or old not in MOVED:
             return None
+        parent = sys.modules.get(_PACKAGE)
+        if parent is not None and not isinstance(parent, _Package):
+            # Only now, when an old path is imported: a package of another
+            # class from the start hides its classes from documentation
+            # tools that inspect it (griffe, so the API reference).
+            parent.__class__ = _Package
         return importlib.machinery.ModuleSpec(fullname, _Loader(old))
 
 
@@ -129,12 +135,12 @@ class _Package(types.ModuleType):
 
 
 def install(package: types.ModuleType) -> None:
-    """Let the old paths import (once per process)."""
-    package.__class__ = _Package
-    # The class would lend the package its own ``__module__`` (this module's
-    # name); tools that read an object's ``__module__`` (griffe, which builds
-    # the API reference) then took the package for this module.
-    vars(package).setdefault("__module__", package.__name__)
+    """Let the old paths import (once per process).
+
+    The package's class becomes ``_Package`` when an old path is first
+    imported (``_Finder``), not here.
+    """
+    del package
     if not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
 

@@ -826,6 +826,7 @@ def cases(full: bool) -> list[Case]:
 #: being less accurate than the plugin's.
 _ATAN = "wrong: atan of arrays of 50+ elements returns unrelated values (even +-inf)"
 _JAX_LESS_ACCURATE = "differs by {} ulps; the plugin is right (glibc/scipy), jax's XLA is off"
+_JAX_FLUSHES_BF16 = "keeps bf16 subnormals; the plugin is right (IEEE), jax's XLA flushes them to 0"
 KNOWN_PLUGIN_DEFECTS: dict[tuple[str, str], str] = {
     ("xla-cpu-pjrt", "cbrt-bf16"): "wrong: cbrt of subnormals and tiny normals",
     ("xla-cpu-pjrt", "cbrt-f32"): "wrong: cbrt of subnormals (jax's is wrong too); 12-15 ulps",
@@ -844,4 +845,6 @@ KNOWN_PLUGIN_DEFECTS: dict[tuple[str, str], str] = {
     ("lammps", "log1p-f64"): _JAX_LESS_ACCURATE.format(90),
     ("lammps", "atanh-f64"): _JAX_LESS_ACCURATE.format(20),
     ("lammps", "rng_normal-f64"): _JAX_LESS_ACCURATE.format("8-19"),
+    ("lammps", "minmax-bf16"): _JAX_FLUSHES_BF16,
+    ("lammps", "hypot-bf16"): _JAX_FLUSHES_BF16,
 }

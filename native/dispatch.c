@@ -1,0 +1,156 @@
+/* Dispatch: one PJRT execution over rows of pinned Buffers, from the
+ * arguments to the promises. Both ways into it are ExecutableCore methods
+ * (executable.c): the fast path, and _run for what Python checked.
+ */
+#include "executable.h"
+
+/* One PJRT execution over n_dev rows of n_args pinned buffers. Writes n_dev
+ * new promises to `promises`; returns -1 with an exception (and no promise)
+ * on failure. With the GIL; releases it around Execute. */
+static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, BufferObject** args,
+                        size_t n_dev, size_t n_args, const int64_t* refused, size_t n_refused,
+                        PyObject** promises) {
+  pjrt_py_client* c = loaded->c;
+  size_t n_out = (size_t)self->num_outputs;
+  PJRT_Buffer* arg_stack[PJRT_PY_STACK_ARGS];
+  PJRT_Buffer* out_stack[PJRT_PY_STACK_ARGS];
+  PJRT_Buffer* const* arg_lists_stack[4];
+  PJRT_Buffer** out_lists_stack[4];
+  PJRT_Event* events_stack[4];
+  size_t total_args = n_dev * n_args, total_outs = n_dev * n_out;
+  bool small = total_args <= PJRT_PY_STACK_ARGS && total_outs <= PJRT_PY_STACK_ARGS && n_dev <= 4;
+  PJRT_Buffer** ptrs = small ? arg_stack : PyMem_Calloc(total_args + 1, sizeof(PJRT_Buffer*));
+  PJRT_Buffer** outs = small ? out_stack : PyMem_Calloc(total_outs + 1, sizeof(PJRT_Buffer*));
+  PJRT_Buffer* const** arg_lists = small ? arg_lists_stack : PyMem_Calloc(n_dev, sizeof(void*));
+  PJRT_Buffer*** out_lists = small ? out_lists_stack : PyMem_Calloc(n_dev, sizeof(void*));
+  PJRT_Event** events = small ? events_stack : PyMem_Calloc(n_dev, sizeof(PJRT_Event*));
+  int result = -1;
+  if (!ptrs || !outs || !arg_lists || !out_lists || !events) {
+    PyErr_NoMemory();
+    goto done;
+  }
+  for (size_t i = 0; i < total_args; ++i) ptrs[i] = args[i]->buf;
+  for (size_t d = 0; d < n_dev; ++d) {
+    arg_lists[d] = ptrs + d * n_args;
+    out_lists[d] = outs + d * n_out;
+    events[d] = NULL;
+  }
+  PJRT_ExecuteOptions options = {0};
+  options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  options.non_donatable_input_indices = refused;
+  options.num_non_donatable_input_indices = n_refused;
+  PJRT_LoadedExecutable_Execute_Args run = {0};
+  run.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
+  run.executable = loaded->exe;
+  run.options = &options;
+  run.argument_lists = arg_lists;
+  run.num_devices = n_dev;
+  run.num_args = n_args;
+  run.output_lists = out_lists;
+  /* Always asked for: effects_barrier() and the exit sequence count them. */
+  run.device_complete_events = events;
+  PJRT_Error* error;
+  Py_BEGIN_ALLOW_THREADS
+  error = c->api->PJRT_LoadedExecutable_Execute(&run);
+  if (error == NULL)
+    for (size_t d = 0; d < n_dev; ++d)
+      if (events[d] != NULL) completion_track(c, events[d]);
+  Py_END_ALLOW_THREADS
+  if (error != NULL) {
+    /* The plugin ran the program as it dispatched it (XLA's CPU client runs
+     * cheap programs inline) and the program failed, e.g. a host callback
+     * raised. As a failure found later would, it goes to the promises:
+     * reading them raises it. (Arguments were checked before the call.) */
+    PyObject* exc = error_from_pjrt(c->api, error);
+    if (exc == NULL) goto done;
+    result = 0;
+    for (size_t d = 0; d < n_dev; ++d) {
+      promises[d] = result == 0 ? promise_failed(c, exc, (int)n_out) : NULL;
+      if (promises[d] == NULL) result = -1;
+    }
+    Py_DECREF(exc);
+    if (result < 0)
+      for (size_t d = 0; d < n_dev; ++d) Py_CLEAR(promises[d]);
+    goto done;
+  }
+  result = 0;
+  for (size_t d = 0; d < n_dev; ++d) {
+    PyObject* promise = NULL;
+    if (result == 0 && n_out == 0) {
+      promise = promise_of_completion(c, events[d]);
+      events[d] = NULL;
+    } else if (result == 0 && n_out == 1) { /* the Buffer is made when asked for */
+      PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, 0) : NULL;
+      promise = promise_of_output(self->client, c, outs[d], meta);
+      outs[d] = NULL;
+    } else if (result == 0) {
+      PyObject* buffers = PyTuple_New((Py_ssize_t)n_out);
+      for (size_t o = 0; buffers != NULL && o < n_out; ++o) {
+        PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, (Py_ssize_t)o) : NULL;
+        BufferObject* b = buffer_wrap(self->client, c, outs[d * n_out + o], meta);
+        outs[d * n_out + o] = NULL;
+        if (b == NULL) {
+          Py_CLEAR(buffers);
+          break;
+        }
+        PyTuple_SetItem(buffers, (Py_ssize_t)o, (PyObject*)b);
+      }
+      promise = buffers ? promise_of_buffers(buffers, (int)n_out) : NULL;
+      Py_XDECREF(buffers);
+    }
+    event_destroy(c->api, events[d]);
+    promises[d] = promise;
+    if (promise == NULL) result = -1;
+  }
+  if (result < 0) { /* drop what was made; free outputs not wrapped yet */
+    for (size_t d = 0; d < n_dev; ++d) Py_CLEAR(promises[d]);
+    for (size_t i = 0; i < total_outs; ++i) {
+      if (outs[i] == NULL) continue;
+      buffer_handle_destroy(c->api, outs[i]);
+    }
+  }
+done:
+  if (!small) {
+    PyMem_Free(ptrs);
+    PyMem_Free(outs);
+    PyMem_Free((void*)arg_lists);
+    PyMem_Free(out_lists);
+    PyMem_Free(events);
+  }
+  return result;
+}
+
+/* Pins `args`, holds the executable and client for the call, runs; see
+ * execute_rows. `checked`: the caller has just checked that the client takes
+ * work and every argument is live, with nothing run since (the fast path). */
+static int run_pinned(ExecutableCoreObject* self, BufferObject** args, size_t n_dev,
+                      size_t n_args, const int64_t* refused, size_t n_refused,
+                      PyObject** promises, bool checked) {
+  LoadedObject* loaded = self->loaded;
+  if (loaded == NULL) {
+    PyErr_SetString(PyExc_ValueError, "executable has been deleted");
+    return -1;
+  }
+  size_t total = n_dev * n_args, pinned = 0;
+  int result = -1;
+  if (dispatch_admit(loaded->c) < 0) return -1; /* inside a host callback (admission.c) */
+  if (checked) {
+    client_enter_checked(loaded->c);
+  } else if (client_enter(loaded->c, "executable") < 0) {
+    return -1;
+  }
+  Py_INCREF(loaded);
+  for (; pinned < total; ++pinned) {
+    if (checked) {
+      args[pinned]->pins++;
+    } else if (buffer_pin(args[pinned]) < 0) {
+      goto done;
+    }
+  }
+  result = execute_rows(self, loaded, args, n_dev, n_args, refused, n_refused, promises);
+done:
+  for (size_t i = 0; i < pinned; ++i) buffer_unpin(args[i]);
+  client_leave(loaded->c);
+  Py_DECREF(loaded);
+  return result;
+}

@@ -1,0 +1,130 @@
+"""Main-thread instructions per call of a pjrt_py hot path, counted by callgrind.
+
+Instruction counts are repeatable where wall time on a shared machine is not
+(docs/performance.md): the same binary, inputs and environment give the same
+count whatever else the machine does. The count per call is the difference
+between a run of ``N + K`` calls and one of ``K`` calls, over ``N``, so
+start-up, compile and the first calls cancel out.
+
+    python tools/callgrind_per_call.py dispatch        # execute_async on an f32[8] add
+    python tools/callgrind_per_call.py chain           # a 3-stage execute_async chain
+    python tools/callgrind_per_call.py to_numpy        # a small to_numpy
+    python tools/callgrind_per_call.py sharded --devices 8   # execute_sharded
+
+Needs valgrind. Only the main thread is counted (``--separate-threads=yes``):
+the plugin's worker threads run the program, which is the plugin's cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+PROGRAM = """
+func.func @main(%x: tensor<8xf32>, %y: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = stablehlo.add %x, %y : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}
+"""
+
+# Each case: set-up, then the statement timed `n` times. `devices`: the CPU
+# plugin's device count the case asks for.
+CASES = {
+    "dispatch": (
+        "exe = c.compile(PROGRAM)\n"
+        "x = c.buffer(np.ones(8, np.float32)); y = c.buffer(np.ones(8, np.float32))\n",
+        "exe.execute_async(x, y)",
+    ),
+    "chain": (
+        "exe = c.compile(PROGRAM)\n"
+        "x = c.buffer(np.ones(8, np.float32)); y = c.buffer(np.ones(8, np.float32))\n",
+        "exe.execute_async(exe.execute_async(exe.execute_async(x, y), y), y)",
+    ),
+    "to_numpy": (
+        "x = c.buffer(np.ones(8, np.float32)); x.to_numpy()\n",
+        "x.to_numpy()",
+    ),
+    "sharded": (
+        "exe = c.compile(PROGRAM, devices=c.devices)\n"
+        "xs = [c.buffer(np.ones(8, np.float32), device=d) for d in c.devices]\n"
+        "args = [[x, x] for x in xs]\n",
+        "exe.execute_sharded(args)",
+    ),
+}
+
+SCRIPT = """
+import sys, numpy as np, pjrt_py
+PROGRAM = {program!r}
+opts = {{"cpu_device_count": {devices}}} if {devices} else None
+c = pjrt_py.Client(options=opts)
+{setup}
+for _ in range({n}):
+    {stmt}
+c.effects_barrier() if hasattr(c, "effects_barrier") else None
+"""
+
+
+def main_thread_total(out_dir: str) -> int:
+    """Instructions of the main thread (callgrind's thread 1 file)."""
+    files = sorted(glob.glob(os.path.join(out_dir, "callgrind.out.*-01")))
+    if not files:
+        raise RuntimeError(f"callgrind wrote no per-thread file in {out_dir}")
+    with open(files[0]) as f:
+        for line in f:
+            m = re.match(r"(?:summary|totals):\s+(\d+)", line)
+            if m:
+                return int(m.group(1))
+    raise RuntimeError(f"no totals in {files[0]}")
+
+
+def count(case: str, n: int, devices: int) -> int:
+    setup, stmt = CASES[case]
+    script = SCRIPT.format(program=PROGRAM, devices=devices, setup=setup, n=n, stmt=stmt)
+    with tempfile.TemporaryDirectory() as out_dir:
+        path = os.path.join(out_dir, "case.py")
+        with open(path, "w") as f:
+            f.write(script)
+        # A fixed hash seed: dict and set layouts (and so their instruction counts)
+        # otherwise change from run to run.
+        env = dict(
+            os.environ, PJRT_PY_PLUGIN_LOG="raw", TF_CPP_MIN_LOG_LEVEL="3", PYTHONHASHSEED="0"
+        )
+        subprocess.run(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--separate-threads=yes",
+                f"--callgrind-out-file={out_dir}/callgrind.out.%p",
+                sys.executable,
+                path,
+            ],
+            check=True,
+            env=env,
+            capture_output=True,
+        )
+        return main_thread_total(out_dir)
+
+
+def per_call(case: str, n: int = 5000, base: int = 1000, devices: int = 0) -> float:
+    """Main-thread instructions per call: (count(base + n) - count(base)) / n."""
+    return (count(case, base + n, devices) - count(case, base, devices)) / n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", choices=sorted(CASES))
+    parser.add_argument("-n", type=int, default=5000, help="calls counted (default 5000)")
+    parser.add_argument("--base", type=int, default=1000, help="calls cancelled out")
+    parser.add_argument("--devices", type=int, default=0, help="CPU devices (cpu_device_count)")
+    args = parser.parse_args()
+    value = per_call(args.case, args.n, args.base, args.devices)
+    print(f"{args.case}: {value:,.0f} main-thread instructions per call")
+
+
+if __name__ == "__main__":
+    main()
