@@ -39,6 +39,7 @@
 #include "dispatch.c"
 #include "executable.c"
 #include "client.c"
+#include "stderr_replay.c"
 
 static PyObject* hook_await = NULL;
 static PyObject* hook_callback_error = NULL;
@@ -139,6 +140,8 @@ static PyMethodDef core_functions[] = {
     {"kv_calls", core_kv_calls, METH_NOARGS, NULL},
     {"in_host_callback", core_in_host_callback, METH_NOARGS,
      "Whether this thread is inside a host callback."},
+    {"stderr_replay", core_stderr_replay, METH_VARARGS,
+     "stderr_replay(from_fd, to_fd, offset): a fatal signal copies from_fd to to_fd first"},
     {NULL, NULL, 0, NULL},
 };
 

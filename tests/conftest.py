@@ -13,6 +13,7 @@ read from the client, never from the platform name::
     @pytest.mark.needs_zero_copy
     @pytest.mark.needs_host_callbacks
     @pytest.mark.needs_cpu_device_count
+    @pytest.mark.needs_fork_children
 """
 
 from __future__ import annotations
@@ -101,12 +102,13 @@ func.func @main(%x: tensor<256x256xf32>, %n: tensor<i64>) -> tensor<256x256xf32>
 
 
 @functools.cache
-def slow_work(client: pjrt_py.Client, seconds: float = 0.1) -> Callable[[], pjrt_py.BufferPromise]:
-    """A dispatch of dense work that runs for about ``seconds`` on this plugin.
+def slow_loop_count(client: pjrt_py.Client, seconds: float = 0.1) -> int:
+    """How many turns of ``MATMUL_LOOP`` run for about ``seconds`` on this plugin.
 
     "Slow enough" is measured, not assumed: work that takes tens of ms on a
-    CPU ends in microseconds on a GPU. The loop count is calibrated on the
-    client (one run of a few iterations, then one of the estimate)."""
+    CPU ends in microseconds on a GPU. Calibrated on the client (one run of a
+    few iterations, then one of the estimate). A child process of the same
+    plugin runs ``SLOW_LOOP_CHILD`` with the count."""
     import time  # noqa: PLC0415
 
     import numpy as np  # noqa: PLC0415
@@ -121,8 +123,30 @@ def slow_work(client: pjrt_py.Client, seconds: float = 0.1) -> Callable[[], pjrt
         if took >= seconds:
             break
         n = min(int(n * seconds / max(took, 1e-6) * 1.2) + 1, 1 << 30)
-    count = np.int64(n)
+    return n
+
+
+@functools.cache
+def slow_work(client: pjrt_py.Client, seconds: float = 0.1) -> Callable[[], pjrt_py.BufferPromise]:
+    """A dispatch of dense work that runs for about ``seconds`` on this plugin."""
+    import numpy as np  # noqa: PLC0415
+
+    exe = client.compile(MATMUL_LOOP)
+    x = client.buffer(np.eye(256, dtype=np.float32) * 0.5)
+    count = np.int64(slow_loop_count(client, seconds))
     return lambda: exe.execute_async(x, count)
+
+
+def slow_loop_child(client: pjrt_py.Client, seconds: float, name: str = "slow") -> str:
+    """Code for a child process: ``{name}()`` dispatches about ``seconds`` of work
+    (a promise of a 256x256 f32 result) on a client ``c`` the child made."""
+    count = slow_loop_count(client, seconds)
+    return (
+        f"_slow_exe = c.compile({MATMUL_LOOP!r})\n"
+        "_slow_x = c.buffer(np.eye(256, dtype=np.float32) * 0.5)\n"
+        f"def {name}():\n"
+        f"    return _slow_exe.execute_async(_slow_x, np.int64({count}))\n"
+    )
 
 
 @functools.cache
@@ -132,9 +156,19 @@ def session_client() -> pjrt_py.Client:
     Four devices are asked for where the plugin takes ``cpu_device_count``
     (the CPU plugin's default too); another plugin has the devices it has.
     """
+    if os.environ.get(AS_ONE_DEVICE):
+        return pjrt_py.Client(options={"cpu_device_count": 1})
     if accepts_cpu_device_count():
         return pjrt_py.Client(options={"cpu_device_count": 4})
     return pjrt_py.Client()
+
+
+# Test-only: ``PJRT_PY_TEST_AS_ONE_DEVICE=1`` runs the suite on a CPU build as
+# if its plugin were a one-device GPU plugin in the ways a CPU can show: the
+# session client has one device, and the cpu_device_count option counts as
+# refused. It finds tests that assume four devices or that option without
+# saying so (issue 24's GPU tier); memory kinds and host views it cannot fake.
+AS_ONE_DEVICE = "PJRT_PY_TEST_AS_ONE_DEVICE"
 
 
 @pytest.fixture(scope="session")
@@ -158,6 +192,8 @@ def accepts_cpu_device_count() -> bool:
 
     Measured: a client asked for 3 devices has 3 (a plugin that refuses the
     option, as a GPU plugin does, or ignores it, does not)."""
+    if os.environ.get(AS_ONE_DEVICE):
+        return False
     try:
         probe = pjrt_py.Client(options={"cpu_device_count": 3}, cache_dir=False)
     except Exception:  # the plugin refuses an option it does not know
@@ -218,6 +254,39 @@ def _host_callbacks(client: pjrt_py.Client) -> str | None:
     return None
 
 
+FORK_PROBE = """
+import os, numpy as np, pjrt_py
+ADD = {add!r}
+x = np.ones(8, np.float32)
+c = pjrt_py.Client()
+c.compile(ADD).execute(x, x).to_numpy()
+pid = os.fork()
+if pid == 0:
+    try:
+        child = pjrt_py.Client()
+        ok = (child.compile(ADD).execute(x, x).to_numpy() == 2).all()
+        os._exit(0 if ok else 3)
+    except BaseException as e:
+        print(type(e).__name__, e, flush=True)
+        os._exit(4)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+@functools.cache
+def _fork_children() -> str | None:
+    """Why a child forked after the parent used the plugin cannot use it (None: it can).
+
+    Measured in a fresh interpreter: the CPU builds give the child a new
+    instance of the plugin; CUDA's driver refuses a child forked after it was
+    initialized."""
+    result = run_python(FORK_PROBE.format(add=ADD_F32_8), timeout=120)
+    if result.returncode == 0 and "child 0" in result.stdout:
+        return None
+    return (result.stdout.strip() or result.stderr.strip() or "no answer").splitlines()[-1]
+
+
 def capability_skip(client: pjrt_py.Client, marker: pytest.Mark) -> str | None:
     """The reason to skip a test marked ``marker`` on ``client``'s plugin, or None."""
     name = marker.name
@@ -251,6 +320,10 @@ def capability_skip(client: pjrt_py.Client, marker: pytest.Mark) -> str | None:
         why = _host_callbacks(client)
         if why is not None:
             return f"needs Python host callbacks; {_plugin(client)}: {why}"
+    elif name == "needs_fork_children":
+        why = _fork_children()
+        if why is not None:
+            return f"needs a plugin that works in a forked child; {_plugin(client)}: {why}"
     elif name == "needs_cpu_device_count" and not accepts_cpu_device_count():
         return f"needs the cpu_device_count client option; {_plugin(client)} does not take it"
     elif name == "needs_torch" and not _has_torch():
@@ -281,6 +354,7 @@ CAPABILITY_MARKERS = {
     "needs_zero_copy": "needs client.buffer(..., zero_copy=True) to alias host arrays",
     "needs_host_callbacks": "needs Python host callbacks (register_callback)",
     "needs_cpu_device_count": "needs a plugin that takes the cpu_device_count create option",
+    "needs_fork_children": "needs a plugin a child forked after the parent used it can use",
     "needs_torch": "needs torch (the torch extra; the test extra does not install it)",
 }
 

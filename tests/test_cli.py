@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import ADD_F32_8
 
 import pjrt_py as pjrt_py_lib
@@ -124,6 +125,35 @@ def test_info_and_smoke_take_a_plugin() -> None:
     assert smoke.returncode == 0 and smoke.stdout.count("ok ") == 1, smoke.stdout
     bogus = pjrt_py("info", "--plugin", "no-such-plugin")
     assert bogus.returncode == 1 and "(from --plugin)" in bogus.stderr
+
+
+def test_every_command_refuses_a_platform_without_a_plugin_the_same_way(tmp_path: Path) -> None:
+    # issue 24 item 8: `test --plugin cuda` called cuda "not a platform name"
+    # while `run --plugin cuda` accepted it. On a machine with no plugin of a
+    # platform, each command now fails alike, naming the platform.
+    from pjrt_py.runtime.discovery import PLATFORMS
+
+    served = {p.name for p in pjrt_py_lib.plugins()}
+    missing = next((name for name in PLATFORMS if name not in served), None)
+    if missing is None:
+        pytest.skip(f"every platform pjrt_py names has a plugin here: {sorted(served)}")
+    program = tmp_path / "add.mlir"
+    program.write_text(ADD_F32_8)
+    x = tmp_path / "x.npy"
+    np.save(x, np.ones(8, np.float32))
+    commands = {
+        "run": ["run", str(program), "-i", str(x), "-i", str(x)],
+        "test": ["test", str(program)],
+        "info": ["info"],
+        "smoke": ["smoke"],
+        "demo": ["demo", "--quick"],
+    }
+    want = f"PJRT plugin '{missing}' (from --plugin): no {missing} plugin is installed"
+    for name, args in commands.items():
+        result = pjrt_py(*args, "--plugin", missing)
+        assert result.returncode == 1, (name, result.stdout, result.stderr)
+        assert result.stderr.startswith(f"error: FileNotFoundError: {want}"), (name, result.stderr)
+        assert "Traceback" not in result.stderr
 
 
 def test_run_reads_stdin_and_checks_inputs_before_compiling(tmp_path: Path) -> None:

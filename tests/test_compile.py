@@ -63,6 +63,7 @@ def test_bytecode_program_honours_its_replica_count(client: pjrt_py.Client) -> N
     np.testing.assert_array_equal(out, np.full((4, 3), 6, np.float32))
 
 
+@pytest.mark.needs_devices(4)  # then compiled for its four replicas
 def test_bytecode_with_module_counts_is_refused_without_mlir_bindings(tmp_path: Path) -> None:
     pytest.importorskip("jax", reason="jax's MLIR bindings write the bytecode")
     from test_sharded import ALL_REDUCE_4

@@ -90,6 +90,7 @@ def test_consumer_stream_zero_is_ambiguous_on_cuda() -> None:
         dlpack.consumer_stream(dlpack.CUDA, -2)
 
 
+@pytest.mark.needs_host_buffers  # a device buffer's export takes a stream
 def test_host_buffer_export_refuses_a_stream(client: pjrt_py.Client) -> None:
     buf = client.buffer(F32_8)
     with pytest.raises(BufferError, match="stream must be None"):

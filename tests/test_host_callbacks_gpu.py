@@ -20,7 +20,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import build_so, run_python
+from conftest import build_so, run_python, session_client
 from test_host_callbacks import mlir, unary
 
 import pjrt_py
@@ -34,6 +34,19 @@ def _has_libcuda() -> bool:
     except OSError:
         return False
     return True
+
+
+@pytest.fixture(scope="module")
+def cpu_client() -> pjrt_py.Client:
+    """A client of a CPU plugin, whatever plugin the run is of: the tests
+    below that use it check the CPU routing, or run the staged handler with
+    memcpy copiers, which read device pointers as host memory."""
+    session = session_client()
+    if session.platform_name == "cpu":
+        return session
+    if not any(info.name == "cpu" for info in pjrt_py.plugins()):
+        pytest.skip("needs a CPU plugin (the test extra installs three): none is installed")
+    return pjrt_py.Client("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -53,26 +66,28 @@ def cuda_client() -> pjrt_py.Client:
 
 
 @pytest.mark.parametrize("platform", [None, "cpu", "CPU", "host", "Host"])
-def test_cpu_spellings_use_the_direct_handler(client: pjrt_py.Client, platform: Any) -> None:
-    assert host_callback._copier(client, platform, "callbacks") == (client, "direct")
+def test_cpu_spellings_use_the_direct_handler(cpu_client: pjrt_py.Client, platform: Any) -> None:
+    assert host_callback._copier(cpu_client, platform, "callbacks") == (cpu_client, "direct")
 
 
 @pytest.mark.parametrize("platform", ["cuda", "CUDA", "gpu", "GPU", "Cuda"])
-def test_a_cuda_request_on_a_cpu_client_is_refused(client: pjrt_py.Client, platform: str) -> None:
+def test_a_cuda_request_on_a_cpu_client_is_refused(
+    cpu_client: pjrt_py.Client, platform: str
+) -> None:
     with pytest.raises(
         pjrt_py.UnsupportedError,
         match=f"Python host callbacks for '{platform}' need a client of that platform; "
         "this one is 'cpu'",
     ):
-        pjrt_py.register_callback("cuda_on_cpu", lambda x: x, platform=platform, client=client)
+        pjrt_py.register_callback("cuda_on_cpu", lambda x: x, platform=platform, client=cpu_client)
 
 
 @pytest.mark.parametrize(("platform", "match"), [("rocm", "ROCm"), ("tpu", "CPU and CUDA")])
-def test_other_platforms_are_refused(client: pjrt_py.Client, platform: str, match: str) -> None:
+def test_other_platforms_are_refused(cpu_client: pjrt_py.Client, platform: str, match: str) -> None:
     with pytest.raises(pjrt_py.UnsupportedError, match=match):
-        pjrt_py.register_callback("elsewhere", lambda x: x, platform=platform, client=client)
+        pjrt_py.register_callback("elsewhere", lambda x: x, platform=platform, client=cpu_client)
     with pytest.raises(TypeError, match="platform must be a str"):
-        pjrt_py.register_callback("elsewhere", lambda x: x, platform=3, client=client)  # type: ignore[arg-type]
+        pjrt_py.register_callback("elsewhere", lambda x: x, platform=3, client=cpu_client)  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(_has_libcuda(), reason="this machine has libcuda.so.1")
@@ -108,22 +123,22 @@ STAGED_CASES = [
 
 @pytest.mark.parametrize(("dtype", "shape", "fn"), STAGED_CASES, ids=str)
 def test_staged_callbacks_match_numpy(
-    client: pjrt_py.Client, dtype: Any, shape: tuple[int, ...], fn: Any
+    cpu_client: pjrt_py.Client, dtype: Any, shape: tuple[int, ...], fn: Any
 ) -> None:
     name = f"staged_{np.dtype(dtype).name}_{len(shape)}_{int(np.prod(shape))}"
     host_callback._register(
-        name, lambda x: np.asarray(fn(x), dtype=dtype).reshape(x.shape), client, False, "host"
+        name, lambda x: np.asarray(fn(x), dtype=dtype).reshape(x.shape), cpu_client, False, "host"
     )
     x = (np.random.default_rng(1).standard_normal(shape) * 10).astype(dtype)
-    got = client.compile(unary(name, mlir(dtype, shape))).execute(x).to_numpy()
+    got = cpu_client.compile(unary(name, mlir(dtype, shape))).execute(x).to_numpy()
     np.testing.assert_array_equal(got, np.asarray(fn(x), dtype=dtype).reshape(shape))
 
 
-def test_staged_several_operands_results_and_attributes(client: pjrt_py.Client) -> None:
+def test_staged_several_operands_results_and_attributes(cpu_client: pjrt_py.Client) -> None:
     host_callback._register(
-        "staged_two", lambda a, b, *, k: (a + b * k, a * b), client, False, "host"
+        "staged_two", lambda a, b, *, k: (a + b * k, a * b), cpu_client, False, "host"
     )
-    exe = client.compile("""
+    exe = cpu_client.compile("""
 func.func @main(%a: tensor<4xf32>, %b: tensor<4xi32>) -> (tensor<4xf32>, tensor<4xf32>) {
   %bf = stablehlo.convert %b : (tensor<4xi32>) -> tensor<4xf32>
   %0:2 = stablehlo.custom_call @staged_two(%a, %bf) {api_version = 4 : i32,
@@ -137,41 +152,45 @@ func.func @main(%a: tensor<4xf32>, %b: tensor<4xi32>) -> (tensor<4xf32>, tensor<
     np.testing.assert_array_equal(p.to_numpy(), a * b)
 
 
-def test_staged_errors_are_the_cpu_errors(client: pjrt_py.Client) -> None:
+def test_staged_errors_are_the_cpu_errors(cpu_client: pjrt_py.Client) -> None:
     def broken(x: np.ndarray) -> np.ndarray:
         raise ValueError("staged says no")
 
-    host_callback._register("staged_broken", broken, client, False, "host")
+    host_callback._register("staged_broken", broken, cpu_client, False, "host")
     with pytest.raises(
         pjrt_py.PjrtError, match="'staged_broken' raised ValueError: staged says no"
     ):
-        client.compile(unary("staged_broken", "tensor<2xf32>")).execute(np.ones(2, np.float32))
-    host_callback._register("staged_shape", lambda x: np.ones(3, np.float32), client, False, "host")
+        cpu_client.compile(unary("staged_broken", "tensor<2xf32>")).execute(np.ones(2, np.float32))
+    host_callback._register(
+        "staged_shape", lambda x: np.ones(3, np.float32), cpu_client, False, "host"
+    )
     with pytest.raises(pjrt_py.InvalidArgumentError, match=r"returned float32 \(3,\) for result 0"):
-        client.compile(unary("staged_shape", "tensor<2xf32>")).execute(np.ones(2, np.float32))
+        cpu_client.compile(unary("staged_shape", "tensor<2xf32>")).execute(np.ones(2, np.float32))
 
 
-def test_staged_views_may_not_be_kept_unless_copied(client: pjrt_py.Client) -> None:
+def test_staged_views_may_not_be_kept_unless_copied(cpu_client: pjrt_py.Client) -> None:
     kept: list[np.ndarray] = []
 
     def keep(x: np.ndarray) -> np.ndarray:
         kept.append(x[1:])
         return x
 
-    host_callback._register("staged_keeps", keep, client, False, "host")
-    exe = client.compile(unary("staged_keeps", "tensor<3xf32>"))
+    host_callback._register("staged_keeps", keep, cpu_client, False, "host")
+    exe = cpu_client.compile(unary("staged_keeps", "tensor<3xf32>"))
     with pytest.raises(pjrt_py.FailedPreconditionError, match="kept a reference"):
         exe.execute(np.zeros(3, np.float32)).to_numpy()
     kept.clear()
-    host_callback._register("staged_keeps", keep, client, True, "host")
+    host_callback._register("staged_keeps", keep, cpu_client, True, "host")
     exe.execute(np.full(3, 7, np.float32)).to_numpy()
     assert kept[0].tolist() == [7, 7]
 
 
-def test_staged_tokens_and_no_results(client: pjrt_py.Client) -> None:
+def test_staged_tokens_and_no_results(cpu_client: pjrt_py.Client) -> None:
     log: list[float] = []
-    host_callback._register("staged_log", lambda v: log.append(float(v[0])), client, False, "host")
-    exe = client.compile("""
+    host_callback._register(
+        "staged_log", lambda v: log.append(float(v[0])), cpu_client, False, "host"
+    )
+    exe = cpu_client.compile("""
 func.func @main(%v: tensor<1xf32>) -> tensor<1xf32> {
   %t0 = stablehlo.after_all : !stablehlo.token
   %t1 = stablehlo.custom_call @staged_log(%t0, %v) {api_version = 4 : i32, has_side_effect = true}
@@ -183,17 +202,17 @@ func.func @main(%v: tensor<1xf32>) -> tensor<1xf32> {
     assert log == [0.0, 1.0, 2.0]
 
 
-def test_the_stream_is_asked_for_through_xla_ffi_stream_get(client: pjrt_py.Client) -> None:
+def test_the_stream_is_asked_for_through_xla_ffi_stream_get(cpu_client: pjrt_py.Client) -> None:
     # A CPU plugin has no stream: its XLA_FFI_Stream_Get (the fifth function of
     # XLA_FFI_Api) answers with an error, which the handler reads with
     # XLA_FFI_Error_GetMessage and reports. A wrong slot would crash or differ.
-    host_callback._register("staged_stream", lambda x: x, client, False, "host-stream")
+    host_callback._register("staged_stream", lambda x: x, cpu_client, False, "host-stream")
     with pytest.raises(
         pjrt_py.UnimplementedError,
         match="host callback 'staged_stream': no stream for the call: XLA_FFI_Stream_Get: "
         "XLA FFI GPU context is not available",
     ):
-        client.compile(unary("staged_stream", "tensor<2xf32>")).execute(np.ones(2, np.float32))
+        cpu_client.compile(unary("staged_stream", "tensor<2xf32>")).execute(np.ones(2, np.float32))
 
 
 # A stand-in for libcuda.so.1: the entry points pjrt_py uses, copying with
@@ -276,7 +295,7 @@ def _lower(jax: Any, f: Any, platform: str) -> tuple[str, list[Any]]:
     return lowered.as_text(), list(lowered._lowering.compile_args["host_callbacks"])
 
 
-def test_jax_cuda_lowering_is_rewritten_as_the_cpu_one(client: pjrt_py.Client) -> None:
+def test_jax_cuda_lowering_is_rewritten_as_the_cpu_one(cpu_client: pjrt_py.Client) -> None:
     jax = pytest.importorskip("jax", reason="pjrt_py.jit traces with jax (in the test extra)")
     io_callback = jax.experimental.io_callback
     log: list[float] = []
@@ -298,10 +317,10 @@ def test_jax_cuda_lowering_is_rewritten_as_the_cpu_one(client: pjrt_py.Client) -
     keys = re.compile(r"index = \d+ : ui64")
     assert keys.sub("KEY", rewritten["cuda"][0]) == keys.sub("KEY", rewritten["cpu"][0])
     # The CUDA lowering, rewritten, runs (here on the CPU client).
-    host_callback.install_router(client)
+    host_callback.install_router(cpu_client)
     program = _jax_callbacks.without_main_tokens(rewritten["cuda"][0])
     x = np.arange(3, dtype=np.float32)
-    got = client.compile(program).execute(x).to_numpy()
+    got = cpu_client.compile(program).execute(x).to_numpy()
     np.testing.assert_allclose(got, 2 * np.sinh(x), rtol=1e-6)
     assert log == [pytest.approx(float(np.sinh(x).sum()))]
 

@@ -336,6 +336,7 @@ def test_threads_compile_concurrently_without_interleaving(iso: pjrt_py.Client) 
     assert iso.compile_helper.pid is not None
 
 
+@pytest.mark.needs_fork_children
 def test_forked_child_starts_its_own_helper() -> None:
     code = f"""
         import os, numpy as np, pjrt_py

@@ -77,3 +77,38 @@ def test_pjrt_py_run_names_the_file(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert f"{program}:2:" in result.stderr and f"{program}:1:" in result.stderr
     assert "<string>" not in result.stderr
+
+
+AOT_DOC = Path(__file__).resolve().parents[1] / "docs" / "aot.md"
+
+
+def _documented_errors() -> list[tuple[str, str]]:
+    """docs/aot.md's broken programs (mlir blocks), each with the text block after it."""
+    text = AOT_DOC.read_text()
+    section = text[text.index("## Compile errors") : text.index("### Compared with")]
+    blocks = re.findall(r"^```(mlir|text)\n(.*?)^```$", section, re.M | re.S)
+    pairs = [(p, out) for (kp, p), (ko, out) in zip(blocks[::2], blocks[1::2], strict=True)
+             if (kp, ko) == ("mlir", "text")]  # fmt: skip
+    assert len(pairs) == len(blocks) // 2 >= 5, blocks
+    return pairs
+
+
+@pytest.mark.parametrize("index", range(len(_documented_errors())))
+def test_the_documented_messages_are_what_compile_raises(
+    client: pjrt_py.Client, index: int
+) -> None:
+    program, shown = _documented_errors()[index]
+    with pytest.raises(pjrt_py.ProgramError) as caught:
+        client.compile(program, cache=False)
+    assert str(caught.value) == shown.rstrip("\n")
+
+
+def test_a_note_where_the_error_was_does_not_repeat_the_line() -> None:
+    from pjrt_py.programs.diagnostics import render  # noqa: PLC0415
+
+    source = "a\nbb\n"
+    shown = render(source, [(2, 1, "error", "e"), (2, 1, "note", "here"), (1, 1, "note", "n")], "f")
+    assert shown.splitlines() == [
+        "f:2:1: error: e", "    bb", "    ^", "f:2:1: note: here", "f:1:1: note: n", "    a",
+        "    ^",
+    ]  # fmt: skip

@@ -11,72 +11,22 @@ missing. Screenshots go to ``$PJRT_PY_SITE_SHOTS`` when set.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import os
-import shutil
-import subprocess
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from site_browser import NEEDS_CHROMIUM, NEEDS_SITE, Handler, chromium, serving
 
-SITE = os.environ.get("PJRT_PY_SITE")
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
-pytestmark = [
-    pytest.mark.skipif(
-        not SITE or not Path(SITE, "index.html").exists(),
-        reason="no built site: set PJRT_PY_SITE to a `mkdocs build` output (.ci/run does)",
-    ),
-    pytest.mark.skipif(
-        CHROMIUM is None, reason="Chromium is not installed (Debian: apt-get install chromium)"
-    ),
-]
-
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--hide-scrollbars",
-]
-
-
-class _Log(http.server.SimpleHTTPRequestHandler):
-    requested: list[tuple[str, int]] = []
-
-    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        type(self).requested.append((self.path, int(code) if str(code).isdigit() else 0))
+pytestmark = [NEEDS_SITE, NEEDS_CHROMIUM]
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    handler = functools.partial(_Log, directory=SITE)
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
-def chromium(*args: str) -> str:
-    with tempfile.TemporaryDirectory() as profile:
-        result = subprocess.run(
-            [CHROMIUM or "chromium", *FLAGS, f"--user-data-dir={profile}", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
+    with serving() as url:
+        yield url
 
 
 def screenshot(url: str, name: str) -> np.ndarray:
@@ -103,16 +53,16 @@ def test_pages_render_with_their_code_and_plots(
     server: str, page: str, must_show: list[str]
 ) -> None:
     url = f"{server}/{page}"
-    _Log.requested.clear()
+    Handler.requested.clear()
     dom = chromium("--virtual-time-budget=5000", "--dump-dom", url)
     for text in must_show:
         assert text in dom, f"{url}: {text!r} not rendered"
     # Material's stylesheet arrived: the page is styled, not bare HTML.
-    assert any(p.endswith(".css") and code == 200 for p, code in _Log.requested)
+    assert any(p.endswith(".css") and code == 200 for p, code in Handler.requested)
     if page == "":
         assert 'class="highlight"' in dom and "<code" in dom  # a highlighted code block
     if page == "performance/":
-        plots = [p for p, code in _Log.requested if p.endswith(".png") and code == 200]
+        plots = [p for p, code in Handler.requested if p.endswith(".png") and code == 200]
         assert len(plots) >= 5, f"plots served: {plots}"
         assert dom.count("<img") >= 5
     pixels = screenshot(url, page.strip("/") or "home")

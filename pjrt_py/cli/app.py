@@ -4,7 +4,7 @@ pjrt-py info                 plugins, API versions, devices
 pjrt-py smoke                compile and run a built-in program on every plugin
 pjrt-py run FILE.mlir [-i x.npy ...] [-o out.npy ...] [--plugin P]
 pjrt-py test PATH...         conformance test files (pjrt_py.conformance)
-pjrt-py demo [--quick]       the asynchronous-dispatch demo
+pjrt-py demo [--quick] [--plugin P]  the asynchronous-dispatch demo
 
 One module per command (info, smoke, run, demo; test is the conformance
 runner's); this one parses the arguments and dispatches. Each command imports
@@ -24,7 +24,10 @@ from . import info, run, smoke
 def _demo(args: argparse.Namespace) -> int:
     from .demo import main as demo
 
-    demo(["--quick"] if args.quick else [])
+    demo(
+        (["--quick"] if args.quick else [])
+        + ([] if args.plugin is None else ["--plugin", args.plugin])
+    )
     return 0
 
 
@@ -63,6 +66,7 @@ def _parser() -> argparse.ArgumentParser:
     smoke_cmd.set_defaults(fn=smoke.command)
     demo = sub.add_parser("demo", help="the asynchronous-dispatch demo, checked against numpy")
     demo.add_argument("--quick", action="store_true", help="a smaller version (a second or two)")
+    demo.add_argument("--plugin", help=PLUGIN_HELP + " (default: $PJRT_PLUGIN, else cpu)")
     demo.set_defaults(fn=_demo)
     run_cmd = sub.add_parser("run", help="run a StableHLO/MLIR text program")
     run_cmd.add_argument("program", help="a .mlir text file with a @main function ('-': stdin)")

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 import pjrt_py
+from pjrt_py.runtime.discovery import find_plugin
 
 
 # -- programs ------------------------------------------------------------------
@@ -361,11 +362,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--quick", action="store_true", help="smaller matrices and fewer steps (a few seconds)"
     )
+    parser.add_argument(
+        "--plugin",
+        help="the plugin to run on, as pjrt-py run takes it (default: $PJRT_PLUGIN, else cpu)",
+    )
     args = parser.parse_args(argv)
     cfg = Config(n=768, layers=4, steps=3) if args.quick else Config(n=1000, layers=8, steps=6)
 
     start = time.perf_counter()
-    client = pjrt_py.Client()  # the CPU plugin
+    # The resolver every --plugin goes through (pjrt_py.runtime.discovery.find_plugin).
+    plugin = None if args.plugin is None else find_plugin(args.plugin, origin="--plugin")
+    client = pjrt_py.Client(plugin)
     print(
         f"client: {client!r}; matrices {cfg.n}x{cfg.n} f32, {cfg.layers} matmul+tanh per execution"
     )

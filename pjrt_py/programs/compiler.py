@@ -208,15 +208,16 @@ class Compiler:
         prog.format, prog.format_size = fmt, 4
         opts = ffi.new("char[]", options)
         try:
-            return self._loaded(
-                client,
-                "PJRT_Client_Compile",
-                "executable",
-                signature,
-                program=prog,
-                compile_options=opts,
-                compile_options_size=len(options),
-            )
+            with plugin_log.captured():  # the plugin's lines to logging; a crash's still show
+                return self._loaded(
+                    client,
+                    "PJRT_Client_Compile",
+                    "executable",
+                    signature,
+                    program=prog,
+                    compile_options=opts,
+                    compile_options_size=len(options),
+                )
         except NotFoundError as e:  # a custom-call target the plugin would not run
             explained = explain_compile_error(client, e)
             if explained is e:
