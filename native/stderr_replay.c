@@ -11,7 +11,8 @@
  * default action), as faulthandler itself chains.
  *
  * Async-signal-safe only: atomics, pread, write, dup2, sigaction, raise.
- * Installed once, on the first capture. SIGTERM is taken only where its
+ * Installed once, on the first capture; outside a capture it only hands the
+ * signal on (replay_chain), with the original siginfo. SIGTERM is taken only where its
  * action was the default (the process would end): a program's own SIGTERM
  * handler, and anything set later by Python's signal module, replace or keep
  * ours as they choose.
@@ -31,11 +32,30 @@ static long long g_replay_offset = 0;
 static struct sigaction g_replay_previous[REPLAY_SIGNALS];
 static int g_replay_installed = 0;
 
-static void replay_on_fatal(int sig) {
+/* Hands the signal on as if we had never been installed: a handler that
+ * takes siginfo gets the original one (a runtime that resumes from a fault it
+ * expects, such as a JVM's, still can); the default action is restored and
+ * the signal raised again, which ends the process as it would have. */
+static void replay_chain(int sig, siginfo_t* info, void* context, int i) {
+  struct sigaction* previous = &g_replay_previous[i];
+  if ((previous->sa_flags & SA_SIGINFO) && previous->sa_sigaction != NULL) {
+    previous->sa_sigaction(sig, info, context);
+    return;
+  }
+  if (previous->sa_handler == SIG_IGN) return;
+  if (previous->sa_handler != SIG_DFL && previous->sa_handler != NULL) {
+    previous->sa_handler(sig);
+    return;
+  }
+  sigaction(sig, previous, NULL);
+  raise(sig); /* SA_NODEFER: the default action runs now */
+}
+
+static void replay_on_fatal(int sig, siginfo_t* info, void* context) {
   int saved_errno = errno;
   int from = __atomic_exchange_n(&g_replay_from, -1, __ATOMIC_SEQ_CST);
   int to = __atomic_load_n(&g_replay_to, __ATOMIC_SEQ_CST);
-  if (from >= 0 && to >= 0) {
+  if (from >= 0 && to >= 0) { /* only during a capture: otherwise we are not here */
     char chunk[4096];
     off_t at = (off_t)__atomic_load_n(&g_replay_offset, __ATOMIC_SEQ_CST);
     ssize_t n;
@@ -51,13 +71,13 @@ static void replay_on_fatal(int sig) {
   written:
     dup2(to, 2); /* what follows (a faulthandler chained after us) shows too */
   }
-  for (int i = 0; i < REPLAY_SIGNALS; i++) {
-    if (replay_signals[i] != sig) continue;
-    sigaction(sig, &g_replay_previous[i], NULL);
-    break;
-  }
   errno = saved_errno;
-  raise(sig); /* SA_NODEFER: the previous action runs now */
+  for (int i = 0; i < REPLAY_SIGNALS; i++) {
+    if (replay_signals[i] == sig) {
+      replay_chain(sig, info, context, i);
+      break;
+    }
+  }
 }
 
 /* stderr_replay(from_fd, to_fd, offset): arm the replay of `from_fd` from
@@ -74,8 +94,8 @@ static PyObject* core_stderr_replay(PyObject* self, PyObject* args) {
       int sig = replay_signals[i];
       struct sigaction ours;
       memset(&ours, 0, sizeof ours);
-      ours.sa_handler = replay_on_fatal;
-      ours.sa_flags = SA_NODEFER | SA_ONSTACK;
+      ours.sa_sigaction = replay_on_fatal;
+      ours.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
       sigemptyset(&ours.sa_mask);
       if (sigaction(sig, NULL, &g_replay_previous[i]) != 0) continue;
       if (sig == SIGTERM && g_replay_previous[i].sa_handler != SIG_DFL) continue;

@@ -184,6 +184,24 @@ def test_a_fatal_signal_replays_what_was_not_delivered_once(how: str) -> None:
     )
 
 
+def test_outside_a_capture_a_fault_reaches_the_handler_installed_before() -> None:
+    # The replay handler stays installed after the first capture; outside a
+    # capture it must be invisible: a fault reaches faulthandler (installed
+    # first, so our handler chains to it) and ends the process as a SIGSEGV.
+    result = _in_subprocess(
+        """
+        import ctypes, faulthandler
+        faulthandler.enable()
+        from pjrt_py.runtime import plugin_log
+        with plugin_log.captured():
+            pass
+        ctypes.string_at(0)
+        """
+    )
+    assert result.returncode == -signal.SIGSEGV, result.stderr
+    assert "Fatal Python error: Segmentation fault" in result.stderr
+
+
 def test_exit_during_a_capture_shows_what_it_holds() -> None:
     # Another thread is still in the plugin (here: blocked) when the main
     # thread exits normally.
