@@ -146,7 +146,7 @@ class ClientCore:
         semantics: int,
         device: int,
         meta: Any,
-        aliased: bool,
+        held: int,
         memory: int | None = ...,
     ) -> Buffer: ...
     def _view(
