@@ -111,6 +111,10 @@ class DeviceMemory:
         return self.peak_bytes - self.start_bytes
 
 
+# A device, its statistics at the start and end, and pjrt_py's (start, peak, end).
+_Reading = tuple[Device, Mapping[str, int] | None, Mapping[str, int] | None, tuple[int, int, int]]
+
+
 def _stats(device: Device) -> dict[str, int] | None:
     try:
         return device.memory_stats()
@@ -158,7 +162,8 @@ class MemoryWatch:
         self._start: dict[int, int] = {}  # device address -> live bytes at the start
         self._folded: dict[int, int] = {}  # device address -> peak before the last mark
         self._stats_start: dict[Device, dict[str, int] | None] = {}
-        self._final: dict[Device, DeviceMemory] | None = None
+        self._end: list[_Reading] | None = None  # read as the block ended
+        self._final: dict[Device, DeviceMemory] | None = None  # made from it when asked
 
     # -- the block ---------------------------------------------------------
     def __enter__(self) -> MemoryWatch:
@@ -184,7 +189,7 @@ class MemoryWatch:
         with _lock:
             snapshot = _core.accounting(False)
             _open.remove(self)
-        self._final = self._figures(snapshot, self._folded)
+        self._end = self._readings(snapshot, self._folded)
         self._state = "closed"
 
     def _fold(self, snapshot: list[tuple[int, int, int]]) -> None:
@@ -193,29 +198,26 @@ class MemoryWatch:
                 self._folded[address] = peak
 
     # -- figures -----------------------------------------------------------
-    def _figures(
+    def _readings(
         self, snapshot: list[tuple[int, int, int]], folded: dict[int, int]
-    ) -> dict[Device, DeviceMemory]:
+    ) -> list[_Reading]:
+        """What each device's figures are made from, read now (the plugin's
+        statistics too); the figures themselves are made when asked for."""
         now = {address: (live, peak) for address, live, peak in snapshot}
         devices = list(self._stats_start)
         if self._chosen is None:
             devices += [d for d in _all_devices() if d not in self._stats_start]
-        figures = {}
+        readings: list[_Reading] = []
         for device in devices:
-            before = self._stats_start.get(device)
-            after = None if self._counted_only else _stats(device)
             live, peak = now.get(device._addr, (0, 0))
-            figures[device] = _choose(
-                device,
-                before,
-                after,
-                counted=(
-                    self._start.get(device._addr, 0),
-                    max(folded.get(device._addr, 0), peak),
-                    live,
-                ),
+            counted = (
+                self._start.get(device._addr, 0),
+                max(folded.get(device._addr, 0), peak),
+                live,
             )
-        return figures
+            after = None if self._counted_only else _stats(device)
+            readings.append((device, self._stats_start.get(device), after, counted))
+        return readings
 
     @property
     def report(self) -> dict[Device, DeviceMemory]:
@@ -226,14 +228,16 @@ class MemoryWatch:
         RuntimeError
             If the watch was never entered.
         """
-        if self._final is not None:
+        if self._end is not None:
+            if self._final is None:
+                self._final = {r[0]: _choose(*r) for r in self._end}
             return dict(self._final)
         if self._state != "open":
             raise RuntimeError("this memory_watch has not been entered (use it in a with block)")
         with _lock:
             snapshot = _core.accounting(False)
             folded = dict(self._folded)
-        return self._figures(snapshot, folded)
+        return {r[0]: _choose(*r) for r in self._readings(snapshot, folded)}
 
     @property
     def peak_bytes(self) -> dict[Device, int]:
