@@ -7,7 +7,9 @@
  * promise_of_output) and let go when pjrt_py destroys it; a view of memory
  * someone else owns (DLPack imports, zero-copy host arrays) counts nothing.
  * Everything here runs with the GIL held, so the counters are plain integers.
- * The two hooks below are the whole cost on the dispatch path.
+ * On the dispatch path the cost is acct_handle (a cached bytes and device
+ * lookup, then acct_add) and acct_drop: about 50 instructions a call
+ * (docs/performance.md).
  */
 #ifndef PJRT_PY_ACCOUNTING_H
 #define PJRT_PY_ACCOUNTING_H
