@@ -14,8 +14,8 @@ device, for a block of code. Each device's three figures come from one of
 two sources, named in ``w.source``:
 
 ``"plugin"``
-    The plugin's allocator statistics (``Device.memory_stats()``; GPU
-    plugins keep them). PJRT has no call that resets a peak, so the plugin's
+    The plugin's allocator statistics (``Device.memory_stats()``; XLA's
+    GPU client keeps them, no CPU build does). PJRT has no call that resets a peak, so the plugin's
     ``peak_bytes_in_use`` gives the block's peak only when it rose during
     the block: then the peak was reached inside it. These figures include
     everything the plugin allocated on the device: programs' temporaries,
