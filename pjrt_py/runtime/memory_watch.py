@@ -15,9 +15,9 @@ two sources, named in ``w.source``:
 
 ``"plugin"``
     The plugin's allocator statistics (``Device.memory_stats()``; XLA's
-    GPU client keeps them, no CPU build does). PJRT has no call that resets a peak, so the plugin's
-    ``peak_bytes_in_use`` gives the block's peak only when it rose during
-    the block: then the peak was reached inside it. These figures include
+    GPU client keeps them, no CPU build does). PJRT has no call that resets
+    a peak, so the plugin's ``peak_bytes_in_use`` gives the block's peak
+    only when it rose during the block: then the peak was reached inside it. These figures include
     everything the plugin allocated on the device: programs' temporaries,
     padding, buffers of other pjrt_py objects and of other code sharing the
     client.
