@@ -26,6 +26,7 @@ ORDER = (
     "compile_cache",
     "isolated_compile",
     "conformance",
+    "observability",
 )
 
 

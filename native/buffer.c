@@ -26,10 +26,12 @@ static int buffer_live(BufferObject* b) {
   return state_check_usable(b->c, "buffer");
 }
 
-/* Takes `buf` (a PJRT_Buffer of c) and a new reference on c. On failure the
+/* A Buffer for a handle whose bytes are not counted here: a view of memory
+ * someone else owns, or a handle counted already (its owner moves its tag in).
+ * Takes `buf` (a PJRT_Buffer of c) and a new reference on c. On failure the
  * handle is destroyed and NULL returned. */
-static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffer* buf,
-                                 PyObject* meta) {
+static BufferObject* buffer_wrap_uncounted(PyObject* client, pjrt_py_client* c, PJRT_Buffer* buf,
+                                           PyObject* meta) {
   BufferObject* b = PyObject_GC_New(BufferObject, BufferType);
   if (b == NULL) {
     buffer_handle_destroy(c->api, buf);
@@ -47,6 +49,7 @@ static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffe
   b->memory = NULL;
   b->pins = 0;
   b->exports = 0;
+  b->acct.bytes = 0;
   b->state = BUF_LIVE;
   b->ready = 0;
   b->dense = 0;
@@ -56,12 +59,22 @@ static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffe
   return b;
 }
 
+/* As buffer_wrap_uncounted, for memory pjrt_py allocated: its bytes count on
+ * `device` (where buf lives; NULL: the plugin is asked). */
+static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffer* buf,
+                                 PyObject* meta, PJRT_Device* device) {
+  BufferObject* b = buffer_wrap_uncounted(client, c, buf, meta);
+  if (b != NULL) acct_buffer(b, device);
+  return b;
+}
+
 /* Destroys the PJRT handle and drops the client reference, once. */
 static void buffer_free_handle(BufferObject* b) {
   PJRT_Buffer* buf = b->buf;
   pjrt_py_client* c = b->c;
   b->buf = NULL;
   b->c = NULL;
+  acct_drop(&b->acct);
   if (c == NULL) return;
   if (buf != NULL && state_pjrt_allowed(c)) {
     buffer_handle_destroy(c->api, buf);
@@ -297,9 +310,10 @@ static void* buffer_target_address(BufferObject* b, PyObject* target) {
   return pointer;
 }
 
-/* A BufferPromise of a new copy of b (a PJRT handle the plugin just made). */
-static PyObject* buffer_copy_promise(BufferObject* b, PJRT_Buffer* copied) {
-  BufferObject* copy = buffer_wrap(b->client, b->c, copied, b->meta);
+/* A BufferPromise of a new copy of b (a PJRT handle the plugin just made on
+ * `device`, or NULL: the plugin is asked). */
+static PyObject* buffer_copy_promise(BufferObject* b, PJRT_Buffer* copied, PJRT_Device* device) {
+  BufferObject* copy = buffer_wrap(b->client, b->c, copied, b->meta, device);
   if (copy == NULL) return NULL;
   PyObject* promise = promise_of_one(copy);
   Py_DECREF(copy);

@@ -2,6 +2,7 @@
 #ifndef PJRT_PY_BUFFER_H
 #define PJRT_PY_BUFFER_H
 
+#include "accounting.h"
 #include "client.h"
 
 enum { BUF_LIVE = 0, BUF_DELETED = 1, BUF_DONATED = 2 };
@@ -17,6 +18,7 @@ typedef struct {
   PJRT_Memory* memory; /* the memory space it lives in; NULL until asked (buffer_memory) */
   int pins;          /* calls using buf without the GIL (each also holds the client) */
   int exports;       /* DLPack capsules lending buf's memory (dlpack_export.c), each holding b */
+  acct_tag acct;     /* the bytes buf counts (accounting.h) */
   unsigned char state;        /* BUF_* as Python sees it */
   unsigned char ready;        /* known ready without error (never goes back) */
   unsigned char dense;        /* 0 unknown, 1 host memory dense row-major, 2 not */
@@ -27,10 +29,15 @@ typedef struct {
 /* buffer.c */
 static PyTypeObject* BufferType;
 static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffer* buf,
-                                 PyObject* meta);
+                                 PyObject* meta, PJRT_Device* device);
+static BufferObject* buffer_wrap_uncounted(PyObject* client, pjrt_py_client* c, PJRT_Buffer* buf,
+                                           PyObject* meta);
 static PyObject* buffer_meta(BufferObject* b);
 static int buffer_pin(BufferObject* b);
 static void buffer_unpin(BufferObject* b);
+
+/* accounting.c */
+static void acct_buffer(BufferObject* b, PJRT_Device* device);
 
 /* layout.c */
 static int buffer_row_major_state(BufferObject* b, size_t ndim);

@@ -105,7 +105,7 @@ static PyObject* buffer_copy_to_device_async(BufferObject* b, PyObject* device) 
   args.dst_device = dst;
   PJRT_Error* error = b->c->api->PJRT_Buffer_CopyToDevice(&args);
   if (error != NULL) return raise_pjrt(b->c->api, error);
-  return buffer_copy_promise(b, args.dst_buffer);
+  return buffer_copy_promise(b, args.dst_buffer, dst);
 }
 
 static PyObject* buffer_copy_to_device(BufferObject* b, PyObject* device) {

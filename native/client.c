@@ -169,13 +169,14 @@ static PyObject* client_core_refs(ClientCoreObject* self, PyObject* unused) {
 }
 
 /* _from_host(array, type, semantics, device, meta, host_aliased, memory=None)
- * -> Buffer: the general host-to-device primitive. `array` is C-contiguous;
+ * -> Buffer: the general host-to-device primitive (host_aliased: 0, 1 or 2, as
+ * host_to_device takes it). `array` is C-contiguous;
  * the caller chose the semantics (copy, zero-copy) and the memory (an address,
  * checked), and checked everything else. */
 static PyObject* client_core_from_host(ClientCoreObject* self, PyObject* args) {
   PyObject *array, *device_address, *meta, *memory_address = Py_None;
   int type, semantics, host_aliased;
-  if (!PyArg_ParseTuple(args, "O!iiOOp|O:_from_host", &PyArray_Type, &array, &type, &semantics,
+  if (!PyArg_ParseTuple(args, "O!iiOOi|O:_from_host", &PyArray_Type, &array, &type, &semantics,
                         &device_address, &meta, &host_aliased, &memory_address))
     return NULL;
   pjrt_py_client* c = client_core_open(self);

@@ -17,6 +17,7 @@
 #include "client_ref.c"
 #include "host.c"
 #include "buffer.c"
+#include "accounting.c"
 #include "releases.c"
 #include "layout.c"
 #include "dlpack_export.c"
@@ -123,6 +124,8 @@ static PyMethodDef core_functions[] = {
     {"dlpack_unpack", core_dlpack_unpack, METH_O,
      "dlpack_unpack(capsule) -> DLPackTensor, taking the producer's tensor."},
     {"live_clients", core_live_clients, METH_NOARGS, NULL},
+    {"accounting", core_accounting, METH_O,
+     "accounting(reset) -> [(device address, live bytes, peak bytes)]; reset: peaks start again"},
     {"host_callback_setup", core_host_callback_setup, METH_VARARGS,
      "host_callback_setup(dtypes, routes, format_error) -> number of slots"},
     {"host_callback_set", core_host_callback_set, METH_VARARGS,

@@ -73,6 +73,8 @@ static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, Buffer
       for (size_t d = 0; d < n_dev; ++d) Py_CLEAR(promises[d]);
     goto done;
   }
+  /* Donated arguments stop counting before the outputs count (accounting.c). */
+  if (self->blocked) acct_donated(c->api, args, total_args);
   result = 0;
   for (size_t d = 0; d < n_dev; ++d) {
     PyObject* promise = NULL;
@@ -81,13 +83,13 @@ static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, Buffer
       events[d] = NULL;
     } else if (result == 0 && n_out == 1) { /* the Buffer is made when asked for */
       PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, 0) : NULL;
-      promise = promise_of_output(self->client, c, outs[d], meta);
+      promise = promise_of_output(self->client, c, outs[d], meta, self->device);
       outs[d] = NULL;
     } else if (result == 0) {
       PyObject* buffers = PyTuple_New((Py_ssize_t)n_out);
       for (size_t o = 0; buffers != NULL && o < n_out; ++o) {
         PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, (Py_ssize_t)o) : NULL;
-        BufferObject* b = buffer_wrap(self->client, c, outs[d * n_out + o], meta);
+        BufferObject* b = buffer_wrap(self->client, c, outs[d * n_out + o], meta, self->device);
         outs[d * n_out + o] = NULL;
         if (b == NULL) {
           Py_CLEAR(buffers);

@@ -213,7 +213,7 @@ static BufferObject* tensor_view(PyObject* client, pjrt_py_client* c, TensorObje
     Py_DECREF(tensor); /* no view: PJRT will not call back */
     return (BufferObject*)raise_pjrt(c->api, error);
   }
-  BufferObject* b = buffer_wrap(client, c, args.buffer, meta);
+  BufferObject* b = buffer_wrap_uncounted(client, c, args.buffer, meta);
   if (b == NULL) return NULL;
   b->host_aliased = 1; /* memory the producer owns: never donated */
   b->row_major = 1;    /* viewed with no layout given: the default, row-major */

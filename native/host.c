@@ -162,8 +162,11 @@ static PyObject* meta_of_array(PyArrayObject* array) {
 #define PJRT_PY_GIL_FREE_BYTES (64 << 10) /* copies this large release the GIL */
 
 /* Starts copying (or aliasing) a C-contiguous array to `device`. The array
- * stays referenced until PJRT is done with its memory. Returns a new Buffer,
- * or NULL with an exception set. */
+ * stays referenced until PJRT is done with its memory. `host_aliased`: 0 a
+ * copy; 1 the buffer aliases the caller's array (memory pjrt_py did not
+ * allocate: not counted, accounting.h); 2 it aliases memory pjrt_py allocated
+ * for it (a staged copy: counted). Returns a new Buffer, or NULL with an
+ * exception set. */
 static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArrayObject* array,
                                     int type, int semantics, PJRT_Device* device,
                                     PJRT_Memory* memory, PyObject* meta, int host_aliased) {
@@ -192,9 +195,10 @@ static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArray
     error = c->api->PJRT_Client_BufferFromHostBuffer(&args);
   }
   if (error != NULL) return (BufferObject*)raise_pjrt(c->api, error);
-  BufferObject* b = buffer_wrap(client, c, args.buffer, meta);
+  BufferObject* b = host_aliased == 1 ? buffer_wrap_uncounted(client, c, args.buffer, meta)
+                                      : buffer_wrap(client, c, args.buffer, meta, device);
   if (b == NULL) return NULL; /* buffer_wrap freed the PJRT buffer */
-  b->host_aliased = (unsigned char)host_aliased;
+  b->host_aliased = host_aliased != 0;
   b->row_major = 1; /* no device_layout asked for: the default, row-major */
   /* An alias's event fires when the buffer is freed: not a copy to wait for. */
   if (!host_aliased) transfer_track(c, args.done_with_host_buffer);

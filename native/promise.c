@@ -65,10 +65,14 @@ static Py_ssize_t promise_visible(PromiseObject* p) {
  * exception if that failed. */
 static BufferObject* promise_at(PromiseObject* p, Py_ssize_t i) {
   if (p->raw != NULL) {
-    BufferObject* b = buffer_wrap(p->owner, p->c, p->raw, p->raw_meta);
+    BufferObject* b = buffer_wrap_uncounted(p->owner, p->c, p->raw, p->raw_meta);
     p->raw = NULL; /* taken by b, or destroyed by buffer_wrap's failure */
     Py_CLEAR(p->raw_meta);
-    if (b == NULL) return NULL;
+    if (b == NULL) {
+      acct_drop(&p->raw_acct);
+      return NULL;
+    }
+    acct_move(&b->acct, &p->raw_acct);
     b->ready = (unsigned char)p->raw_ready;
     p->one = b;
   }
@@ -111,15 +115,17 @@ static PyObject* promise_of_buffers(PyObject* buffers, int arity) {
 }
 
 /* A promise of one execution output, `raw` (taken, with a new client
- * reference held by the promise), whose Buffer is made on first use. */
+ * reference held by the promise), whose Buffer is made on first use. Its
+ * bytes count from now on `device` (NULL: the plugin is asked). */
 static PyObject* promise_of_output(PyObject* owner, pjrt_py_client* c, PJRT_Buffer* raw,
-                                   PyObject* meta) {
+                                   PyObject* meta, PJRT_Device* device) {
   PromiseObject* p = (PromiseObject*)promise_new_blank(BufferPromiseType, PROMISE_BUFFERS, c);
   if (p == NULL) {
     buffer_handle_destroy(c->api, raw);
     return NULL;
   }
   p->raw = raw;
+  acct_handle(&p->raw_acct, c->api, raw, device, meta);
   Py_XINCREF(meta);
   p->raw_meta = meta;
   Py_INCREF(owner);

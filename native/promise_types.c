@@ -64,6 +64,7 @@ static void promise_dealloc(PromiseObject* p) {
      * will say when it is done: the array is never freed. */
     if (!allowed && p->kind == PROMISE_ARRAY && !p->done) p->array = NULL;
   }
+  acct_drop(&p->raw_acct);
   if (p->raw != NULL && state_pjrt_allowed(p->c)) {
     buffer_handle_destroy(p->api, p->raw);
   }

@@ -54,6 +54,7 @@ from .runtime.errors import (
     UnknownError,
     UnsupportedError,
 )
+from .runtime.memory_watch import DeviceMemory, MemoryWatch, memory_watch
 from .runtime.plugin import Plugin, load_plugin
 from .runtime.promise import ArrayPromise, BufferPromise, Promise
 from .toplevel import (
@@ -93,6 +94,7 @@ __all__ = [
     "DataLossError",
     "DeadlineExceededError",
     "Device",
+    "DeviceMemory",
     "DynamicExecutable",
     "Executable",
     "FailedPreconditionError",
@@ -101,6 +103,7 @@ __all__ = [
     "Jitted",
     "Lowered",
     "MemoryStats",
+    "MemoryWatch",
     "NotFoundError",
     "OutOfRangeError",
     "PermissionDeniedError",
@@ -130,6 +133,7 @@ __all__ = [
     "is_ready",
     "jit",
     "load_plugin",
+    "memory_watch",
     "plugins",
     "supported_dtypes",
     "to_numpy",

@@ -28,6 +28,7 @@ def set_hooks(
 def generation() -> int: ...
 def live_clients() -> int: ...
 def stderr_replay(from_fd: int, to_fd: int, offset: int, /) -> None: ...
+def accounting(reset: bool) -> list[tuple[int, int, int]]: ...
 
 class Buffer:
     @property
@@ -146,7 +147,7 @@ class ClientCore:
         semantics: int,
         device: int,
         meta: Any,
-        aliased: bool,
+        held: int,
         memory: int | None = ...,
     ) -> Buffer: ...
     def _view(

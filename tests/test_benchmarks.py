@@ -28,6 +28,7 @@ ORDER = (
     "compile_cache",
     "isolated_compile",
     "conformance",
+    "observability",
 )
 
 
@@ -233,6 +234,29 @@ def test_suite_regenerates_performance_md_and_plots(suite: tuple[Path, str]) -> 
         png = docs / "performance" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"performance/{name}.png" in text
+
+
+def test_suite_measures_traces_memory_reports_and_dynamic_shapes(suite: tuple[Path, str]) -> None:
+    docs, _ = suite
+    report = json.loads((docs / "performance" / "results.json").read_text())["observability"]
+    us = report["us_per_call"]
+    assert list(us) == [
+        "execute_async",
+        "execute_async, memory_watch open",
+        "execute_async, trace open",
+        "execute_async, after a trace block",
+        "DynamicExecutable, seen shapes",
+        "DynamicExecutable, dimension argument",
+    ]
+    assert all(math.isfinite(v) and v > 0 for v in us.values())
+    assert report["ratio_to_execute_async"]["execute_async"] == 1.0
+    for key in ("memory_watch_block_us", "compile_ms", "deserialize_raw_ms"):
+        assert math.isfinite(report[key]) and report[key] > 0
+    assert [t["name"] for t in report["targets"]] == [
+        "memory_watch open / dispatch",
+        "after a trace / dispatch",
+        "dynamic, seen shapes / dispatch",
+    ]
 
 
 @pytest.mark.needs_host_callbacks

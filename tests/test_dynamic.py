@@ -103,3 +103,95 @@ def test_a_failed_shape_constraint_is_a_value_error(client: pjrt_py.Client) -> N
     )
     with pytest.raises(ValueError, match=r"argument shapes \[\(5,\)\]"):
         exe.execute(np.arange(5, dtype=np.float32))
+
+
+# jax's older calling convention, as in StableHLO's testdata/dynamic: the
+# dimension's value is a leading scalar argument, and shapes are built from it.
+# The file's own header comments stay (they are the corpus files' RUN lines).
+ARGMAX_DIM_ARG = """// RUN: stablehlo-opt %s
+// a test header, as the corpus files have
+module @jit_fun {
+  func.func public @main(%arg0: tensor<i64>, %arg1: tensor<?x4xf32> {mhlo.sharding = ""})
+      -> tensor<?xi32> {
+    %0 = stablehlo.convert %arg0 : (tensor<i64>) -> tensor<i32>
+    %1 = stablehlo.reshape %0 : (tensor<i32>) -> tensor<1xi32>
+    %2 = stablehlo.constant dense<4> : tensor<1xi32>
+    %3 = stablehlo.concatenate %1, %2, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+    %4 = stablehlo.dynamic_iota %3, dim = 1 : (tensor<2xi32>) -> tensor<?x4xi32>
+    %5 = stablehlo.constant dense<0xFF800000> : tensor<f32>
+    %6 = stablehlo.constant dense<0> : tensor<i32>
+    %7:2 = stablehlo.reduce(%arg1 init: %5), (%4 init: %6) across dimensions = [1]
+        : (tensor<?x4xf32>, tensor<?x4xi32>, tensor<f32>, tensor<i32>)
+        -> (tensor<?xf32>, tensor<?xi32>)
+     reducer(%a: tensor<f32>, %b: tensor<f32>) (%i: tensor<i32>, %j: tensor<i32>) {
+      %8 = stablehlo.compare GT, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      %9 = stablehlo.select %8, %a, %b : tensor<i1>, tensor<f32>
+      %10 = stablehlo.select %8, %i, %j : tensor<i1>, tensor<i32>
+      stablehlo.return %9, %10 : tensor<f32>, tensor<i32>
+    }
+    return %7#1 : tensor<?xi32>
+  }
+}
+"""
+
+# The last row: refinement alone leaves real_dynamic_slice's bounds runtime
+# values (its result type is static), which no XLA plugin compiles.
+LAST_ROW_DIM_ARG = """
+func.func public @main(%arg0: tensor<i64>, %arg1: tensor<?x4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.constant dense<-1> : tensor<i64>
+  %1 = stablehlo.add %0, %arg0 : tensor<i64>
+  %2 = stablehlo.convert %1 : (tensor<i64>) -> tensor<i32>
+  %3 = stablehlo.reshape %2 : (tensor<i32>) -> tensor<1xi32>
+  %4 = stablehlo.constant dense<0> : tensor<1xi32>
+  %5 = stablehlo.concatenate %3, %4, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+  %6 = stablehlo.convert %arg0 : (tensor<i64>) -> tensor<i32>
+  %7 = stablehlo.reshape %6 : (tensor<i32>) -> tensor<1xi32>
+  %8 = stablehlo.constant dense<4> : tensor<1xi32>
+  %9 = stablehlo.concatenate %7, %8, dim = 0 : (tensor<1xi32>, tensor<1xi32>) -> tensor<2xi32>
+  %10 = stablehlo.constant dense<1> : tensor<2xi32>
+  %11 = stablehlo.real_dynamic_slice %arg1, %5, %9, %10
+      : (tensor<?x4xf32>, tensor<2xi32>, tensor<2xi32>, tensor<2xi32>) -> tensor<1x4xf32>
+  %12 = stablehlo.reshape %11 : (tensor<1x4xf32>) -> tensor<4xf32>
+  return %12 : tensor<4xf32>
+}
+"""
+
+
+def test_dimension_arguments_specialize_with_their_values(client: pjrt_py.Client) -> None:
+    exe = client.compile(ARGMAX_DIM_ARG)
+    rng = np.random.default_rng(0)
+    for n in (3, 5, 3):
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+        got = exe.execute(np.int64(n), x).to_numpy()
+        np.testing.assert_array_equal(got, x.argmax(axis=1))
+    assert sorted(exe.specializations) == [(3, (3, 4)), (5, (5, 4))]
+    x = client.buffer(np.eye(2, 4, 1, dtype=np.float32))  # a Buffer's value is read too
+    np.testing.assert_array_equal(exe.execute(client.buffer(np.int64(2)), x).to_numpy(), [1, 2])
+
+
+def test_a_dimension_value_the_shapes_disagree_with_is_refused(client: pjrt_py.Client) -> None:
+    exe = client.compile(ARGMAX_DIM_ARG)
+    with pytest.raises(ValueError, match=r"dimension values \{0: 4\}"):
+        exe.execute(np.int64(4), np.ones((3, 4), np.float32))
+    with pytest.raises(TypeError, match="a scalar integer"):
+        exe.execute(np.float32(3), np.ones((3, 4), np.float32))
+
+
+def test_ops_that_need_constant_bounds_get_the_dimension_values(client: pjrt_py.Client) -> None:
+    exe = client.compile(LAST_ROW_DIM_ARG)
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(exe.execute(np.int64(3), x).to_numpy(), x[-1])
+    assert list(exe.specializations) == [(3, (3, 4))]
+
+
+def test_specialization_keeps_parameter_attributes(client: pjrt_py.Client) -> None:
+    donating = """
+    func.func @main(%x: tensor<?xf32> {tf.aliasing_output = 0 : i32}) -> tensor<?xf32> {
+      %0 = stablehlo.add %x, %x : tensor<?xf32>
+      return %0 : tensor<?xf32>
+    }"""
+    exe = client.compile(donating)
+    x = client.buffer(np.ones(6, np.float32))
+    np.testing.assert_array_equal(exe.execute(x).to_numpy(), np.full(6, 2, np.float32))
+    assert exe.specializations[((6,),)]._donated == (0,)
+    assert x.is_deleted  # the program asked for its argument's memory

@@ -49,6 +49,17 @@ def test_runtime_token_form_of_a_program() -> None:
         pjrt_py.with_runtime_token(text)
 
 
+def test_the_new_main_goes_inside_a_module_under_comment_lines(client: pjrt_py.Client) -> None:
+    # StableHLO's test files begin with "// RUN:" lines; the wrapper must
+    # still go inside the module, where the body it calls is.
+    program = "// RUN: stablehlo-opt %s\nmodule @m {\n" + ADD_F32_8 + "}\n"
+    text = pjrt_py.with_runtime_token(program)
+    assert text.rstrip().endswith("}") and text.index("@main(") < text.rindex("}")
+    x = np.arange(8, dtype=np.float32)
+    out, _ = client.compile(text).execute(x, x, np.zeros(0, np.bool_))
+    np.testing.assert_array_equal(out.to_numpy(), 2 * x)
+
+
 @pytest.mark.needs_devices(2)  # slow work on one device, fast on another
 def test_ordered_executions_finish_in_program_order_across_devices(
     client: pjrt_py.Client, progs

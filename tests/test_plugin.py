@@ -203,3 +203,36 @@ def test_plugin_info_reports_provenance_and_measurements() -> None:
         assert info.version and info.api == build.api and info.defects == build.defects
         if build.api is not None:
             assert pjrt_py.load_plugin(info.path).api_version == build.api
+
+
+# -- extensions ------------------------------------------------------------------
+
+# What each CPU build's extension chain holds, in chain order (docs/tracing.md).
+BUILD_EXTENSIONS = {
+    "fastatomstruct-xla-cpu": [
+        "shardings",
+        "phase_compile",
+        "ffi",
+        "memory_descriptions",
+        "layouts",
+    ],
+    "xla-cpu-pjrt": ["phase_compile", "ffi", "memory_descriptions", "layouts"],
+    "lammps-jax-pjrt-cpu": [
+        "xla_transform",
+        "shardings",
+        "phase_compile",
+        "ffi",
+        "memory_descriptions",
+        "layouts",
+    ],
+}
+
+
+@pytest.mark.parametrize("distribution", sorted(BUILD_EXTENSIONS))
+def test_every_extension_of_a_cpu_build_is_named(distribution: str) -> None:
+    path = installed_build(distribution)
+    if path is None:
+        pytest.skip(f"{distribution} (in the test extra) is not installed")
+    extensions = pjrt_py.load_plugin(path).extensions
+    assert extensions == BUILD_EXTENSIONS[distribution]
+    assert "profiler" not in extensions  # so traces hold host spans only (docs/tracing.md)

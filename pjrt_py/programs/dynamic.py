@@ -10,14 +10,27 @@ compiles, and so does pjrt_py:
   returns a ``DynamicExecutable``. Nothing is compiled yet.
 - Each call reads its arguments' shapes, checks them against the program's
   signature (dtype, rank, the static dimensions, and any
-  ``#stablehlo.bounds``), wraps the program in a ``@main`` of those static
-  shapes, and has jaxlib's StableHLO shape refinement
-  (``refine_polymorphic_shapes``) propagate them through every function.
+  ``#stablehlo.bounds``), gives ``@main``'s parameters those static types
+  (each renamed, its old name defined at the top of the body by a convert),
+  and has jaxlib's StableHLO shape refinement (``refine_polymorphic_shapes``)
+  propagate them through every function.
   The static program is compiled like any other (the client's compile
   caches apply) and kept per shape signature (``specializations``).
 - A ``shape_assertion`` in the program (what jax's shape-polymorphic export
   writes for its constraints) that fails for the given shapes is a
   ``ValueError`` with the assertion's message.
+- **Dimension arguments.** jax's older exports (StableHLO's ``testdata/dynamic``
+  programs among them) take each dimension's value as a leading scalar
+  integer parameter, and build shapes from it. Shapes alone cannot make such
+  a program static. When refinement from the shapes leaves dynamic shapes
+  (or the plugin refuses the result: an op that needs constant operands,
+  such as ``real_dynamic_slice``) and ``@main`` begins with scalar integer
+  parameters, those parameters' values are written into the program as
+  constants too, and specialize it with the shapes (one compile per shapes
+  and values). The caller passes the
+  values, as that convention asks; folding a value in is what the program
+  would compute with it, so a value the shapes disagree with fails as the
+  program would (a refinement error, or the program's own assertion).
 
 Shape refinement is jaxlib's: without jaxlib installed, compiling such a
 program raises ``UnsupportedError``.
@@ -25,16 +38,17 @@ program raises ``UnsupportedError``.
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..runtime.errors import UnsupportedError
+from ..runtime.errors import ProgramError, UnsupportedError
 from ..runtime.promise import BufferPromise
-from .mlir_text import bytecode_to_text, main_signature, read_main, wrap_main
+from .mlir_text import bytecode_to_text, main_body, main_signature, read_main, split_top_level
 from .signature import ArgSpec
 
 if TYPE_CHECKING:
@@ -43,7 +57,6 @@ if TYPE_CHECKING:
 
 _BOUNDS = re.compile(r"#stablehlo\.bounds<([^>]*)>")
 _BOUNDED = re.compile(r",\s*#stablehlo\.bounds<[^>]*>")  # a type's bounds encoding
-_BODY = "@pjrt_py_dynamic_main"
 
 
 def dynamic_signature(text: str) -> list[ArgSpec] | None:
@@ -72,11 +85,15 @@ def _static_type(param_type: str, shape: tuple[int, ...]) -> str:
     return "tensor<" + "".join(f"{d}x" for d in shape) + element + ">"
 
 
-def specialize(text: str, shapes: Sequence[tuple[int, ...]]) -> str:
+def specialize(
+    text: str, shapes: Sequence[tuple[int, ...]], values: Mapping[int, int] | None = None
+) -> str:
     """``text`` with ``@main``'s parameters of ``shapes``, every shape refined.
 
-    Raises ``ValueError`` for a shape the program's constraints refuse, and
-    ``UnsupportedError`` without jaxlib.
+    ``values`` maps parameter indices to the values written into the program
+    for them (scalar integer dimension arguments). Raises ``ValueError`` for
+    a shape the program's constraints refuse, and ``UnsupportedError``
+    without jaxlib.
     """
     try:
         from jaxlib import _jax
@@ -90,39 +107,50 @@ def specialize(text: str, shapes: Sequence[tuple[int, ...]]) -> str:
     text = _BOUNDED.sub("", text)
     main = read_main(text)
     assert main is not None  # the caller found a dynamic @main
-    params, args, prologue = [], [], []
-    for i, (declared, shape) in enumerate(zip(main.param_types, shapes, strict=True)):
+    # @main is rewritten in place: a parameter whose type changes is renamed
+    # and given its static type, and the body begins by defining the old name
+    # (a convert from the static type, or a dimension argument's constant),
+    # so refinement carries the static types and values through the body.
+    params, prologue = [], []
+    for i, (param, name, declared, shape) in enumerate(
+        zip(main.params, main.names, main.param_types, shapes, strict=True)
+    ):
         static = _static_type(declared, shape)
-        params.append(f"%pjrt_py_p{i}: {static}")
-        if static == declared:
-            args.append(f"%pjrt_py_p{i}")
-        else:  # a convert as the only use: refinement gives the body static types
-            prologue.append(
-                f"%pjrt_py_a{i} = stablehlo.convert %pjrt_py_p{i} : ({static}) -> {declared}"
-            )
-            args.append(f"%pjrt_py_a{i}")
-    wrapped = wrap_main(
-        text,
-        main,
-        _BODY,
-        params=params,
-        args=args,
-        keep=list(range(len(main.result_types))),
-        prologue=tuple(prologue),
-    )
+        value = None if values is None else values.get(i)
+        if static == declared and value is None:
+            params.append(param)
+            continue
+        rest = param[len(name) :].lstrip().removeprefix(":")  # type, attributes, location
+        params.append(f"%pjrt_py_p{i}: " + rest.replace(declared, static, 1).lstrip())
+        if value is not None:  # still taken, so calls look the same
+            prologue.append(f"{name} = stablehlo.constant dense<{value}> : {declared}")
+        else:
+            prologue.append(f"{name} = stablehlo.convert %pjrt_py_p{i} : ({static}) -> {declared}")
+    _, close = split_top_level(text, main.paren)
+    signature = ", ".join(params)
+    text = text[: main.paren + 1] + signature + text[close:]
+    rewritten = read_main(text)
+    assert rewritten is not None
+    body = main_body(text, rewritten)
+    wrapped = text[: body + 1] + "".join(f"\n    {line}" for line in prologue) + text[body + 1 :]
     try:
         refined = _jax.mlir.refine_polymorphic_shapes(
             wrapped.encode(), enable_shape_assertions=True, validate_static_shapes=True
         )
     except Exception as e:  # jaxlib's message: a failed shape_assertion, or why not static
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        given = f" and dimension values {dict(values)}" if values else ""
         raise ValueError(
-            f"the program cannot run with argument shapes {list(shapes)}: {message}"
+            f"the program cannot run with argument shapes {list(shapes)}{given}: {message}"
         ) from None
     out = refined if isinstance(refined, str) else bytecode_to_text(bytes(refined))
     if out is None:
         raise UnsupportedError("jaxlib refined the program but its MLIR bindings cannot print it")
     return out
+
+
+def _scalar_int(spec: ArgSpec) -> bool:
+    return spec.shape == () and spec.dtype is not None and spec.dtype.kind in "iu"
 
 
 class DynamicExecutable:
@@ -170,13 +198,42 @@ class DynamicExecutable:
         self._bounds = [
             _bounds(t, len(s.shape or ())) for t, s in zip(main.param_types, signature, strict=True)
         ]
-        self._specialized: dict[tuple[tuple[int, ...], ...], Executable] = {}
+        self._specialized: dict[tuple[Any, ...], Executable] = {}
         self._lock = threading.Lock()
+        # Leading scalar integer parameters: jax's dimension arguments, if
+        # shapes alone do not make the program static (see the module doc).
+        first_dynamic = next(i for i, s in enumerate(signature) if None in (s.shape or ()))
+        self._dimension_args = tuple(
+            itertools.takewhile(lambda i: _scalar_int(signature[i]), range(first_dynamic))
+        )
+        self._by_value: tuple[int, ...] = ()  # set once shapes alone fall short
 
     @property
-    def specializations(self) -> dict[tuple[tuple[int, ...], ...], Executable]:
-        """The executables compiled so far, by the argument shapes they take."""
+    def specializations(self) -> dict[tuple[Any, ...], Executable]:
+        """The executables compiled so far, by the argument shapes they take.
+
+        A program specialized on its dimension arguments' values has each
+        such argument's value (an int) where its shape, ``()``, would be.
+        """
         return dict(self._specialized)
+
+    def _values(self, args: Sequence[Any], indices: Sequence[int]) -> dict[int, int]:
+        """The values of the dimension arguments at ``indices`` (read to the host)."""
+        values = {}
+        for i in indices:
+            arg = args[i].buffer() if isinstance(args[i], BufferPromise) else args[i]
+            array = np.asarray(arg.to_numpy() if hasattr(arg, "to_numpy") else arg)
+            if array.shape != () or array.dtype.kind not in "iu":
+                raise TypeError(
+                    f"argument {i} ({self.input_signature[i].name}): a dimension's value, "
+                    f"a scalar integer, is expected; got {array.dtype}{list(array.shape)}"
+                )
+            values[i] = int(array)
+        return values
+
+    @staticmethod
+    def _keyed(shapes: tuple[tuple[int, ...], ...], values: Mapping[int, int]) -> tuple[Any, ...]:
+        return tuple(values.get(i, shape) for i, shape in enumerate(shapes))
 
     def _shapes(self, args: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
         if len(args) != len(self.input_signature):
@@ -234,15 +291,33 @@ class DynamicExecutable:
             exe = None
         if exe is not None:
             return exe
-        key = self._shapes(args)
-        exe = self._specialized.get(key)
+        shapes = self._shapes(args)
+        values = self._values(args, self._by_value)
+        exe = self._specialized.get(self._keyed(shapes, values))
         if exe is None:
             with self._lock:
-                exe = self._specialized.get(key)
+                exe = self._specialized.get(self._keyed(shapes, values))
                 if exe is None:
-                    text = specialize(self._text, key)
-                    exe = self._recompile(text, **self._kwargs)
-                    self._specialized[key] = exe
+                    exe = self._compile(shapes, values, args)
+        return exe
+
+    def _compile(
+        self, shapes: tuple[tuple[int, ...], ...], values: dict[int, int], args: Sequence[Any]
+    ) -> Executable:
+        """Specialize and compile (with the lock held); keeps the result."""
+        try:
+            exe = self._recompile(specialize(self._text, shapes, values), **self._kwargs)
+        except (ValueError, ProgramError):
+            if self._by_value or not self._dimension_args:
+                raise
+            # Shapes alone leave it dynamic (refinement says so, or an op that
+            # needs constant operands reaches the compiler): its leading
+            # scalars are dimension arguments. Kept for later calls only if
+            # their values make it compile.
+            values = self._values(args, self._dimension_args)
+            exe = self._recompile(specialize(self._text, shapes, values), **self._kwargs)
+            self._by_value = self._dimension_args
+        self._specialized[self._keyed(shapes, values)] = exe
         return exe
 
     def execute_async(self, *args: Any, **kwargs: Any) -> BufferPromise:

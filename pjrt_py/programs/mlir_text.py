@@ -178,6 +178,35 @@ def read_main(program: str) -> Main | None:
     return Main(start, paren, params, names, types, results, result_types)
 
 
+def main_body(program: str, main: Main) -> int:
+    """The offset of the ``{`` opening ``@main``'s body.
+
+    It is the first ``{`` after the parameters at the function's own depth
+    that opens neither an ``attributes`` dictionary nor a result's
+    attributes (those are inside the result list's parentheses).
+    """
+    lexed = lex(program)
+    _, close = lexed.spans(main.paren)
+    depth = lexed.depths_at([main.start])[0]
+    skip_dictionary = False
+    for m in re.finditer(r"\{|\battributes\b", lexed.clean[close:]):
+        at = close + m.start()
+        if lexed.depths_at([at])[0] != depth:
+            continue
+        if m.group() == "attributes":
+            skip_dictionary = True
+        elif skip_dictionary:
+            skip_dictionary = False
+        else:
+            return at
+    raise ValueError("cannot find @main's body")
+
+
+def _aside(line: str) -> bool:
+    """A line outside any operation: a location alias or a comment."""
+    return line.startswith("#") or line.lstrip().startswith("//")
+
+
 def wrap_main(
     program: str,
     main: Main,
@@ -215,13 +244,14 @@ def wrap_main(
         + "".join(f"    {line}\n" for line in (*prologue, call, ret))
         + "  }\n"
     )
-    # Location aliases (``#loc3 = loc(...)``, in jax's exports) stand around
-    # the module: the wrapper goes inside it, before its closing brace.
+    # Location aliases (``#loc3 = loc(...)``, in jax's exports) and comments
+    # (the ``// RUN:`` lines of StableHLO's test files) stand around the
+    # module: the wrapper goes inside it, before its closing brace.
     lines = renamed.rstrip().split("\n")
     cut = len(lines)
-    while cut > 0 and (lines[cut - 1].startswith("#") or not lines[cut - 1].strip()):
+    while cut > 0 and (_aside(lines[cut - 1]) or not lines[cut - 1].strip()):
         cut -= 1
-    first = next((ln for ln in lines[:cut] if ln.strip() and not ln.startswith("#")), "")
+    first = next((ln for ln in lines[:cut] if ln.strip() and not _aside(ln)), "")
     close = _MODULE_CLOSE.fullmatch(lines[cut - 1]) if cut else None
     if first.lstrip().startswith("module") and close is not None:
         head = "\n".join(lines[: cut - 1])

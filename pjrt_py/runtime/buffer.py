@@ -47,7 +47,7 @@ if TYPE_CHECKING:
             semantics: int,
             device: int,
             meta: Any,
-            aliased: bool,
+            held: int,
             memory: int | None = None,
         ) -> Buffer: ...
 
@@ -75,6 +75,8 @@ DIRECT_READ_BYTES = 256 << 10
 
 _COPY = lib.PJRT_HostBufferSemantics_kImmutableOnlyDuringCall
 _ZERO_COPY = lib.PJRT_HostBufferSemantics_kImmutableZeroCopy
+# What _from_host's `held` says (host_to_device in native/host.c).
+_A_COPY, _ALIAS_OF_CALLERS, _ALIAS_OF_OURS = 0, 1, 2
 
 
 def intern_meta(meta: tuple[tuple[int, ...], np.dtype[Any]]) -> Any:
@@ -110,13 +112,17 @@ def host_to_device(
     code = pjrt_type(dtype)
     if array.ndim > MAX_RANK:
         raise ValueError(f"arrays of rank {array.ndim} are not supported (max {MAX_RANK})")
+    # How the buffer holds the memory: a copy, an alias of the caller's array
+    # (not pjrt_py's memory: memory_watch does not count it), or an alias of
+    # a staged copy pjrt_py made for it (counted). Aliases are never donated
+    # (see docs/devices.md).
     if zero_copy:
         _check_zero_copy(client, array)
-        semantics = _ZERO_COPY
+        semantics, held = _ZERO_COPY, _ALIAS_OF_CALLERS
     elif array.nbytes >= STAGED_COPY_BYTES and client._cpu_fast_paths:
-        array, semantics = _staged(array), _ZERO_COPY
+        array, semantics, held = _staged(array), _ZERO_COPY, _ALIAS_OF_OURS
     else:
-        semantics = _COPY
+        semantics, held = _COPY, _A_COPY
         if not array.flags.c_contiguous:
             array = np.ascontiguousarray(array)
     target = client._target(device)
@@ -124,9 +130,8 @@ def host_to_device(
     meta = intern_meta((array.shape, dtype))
     # The native core keeps `array` referenced until PJRT is done with it:
     # at once for a copy, when the buffer is freed for an alias.
-    aliased = semantics == _ZERO_COPY  # never donated (see docs/devices.md)
     buf = client._from_host(
-        array, code, semantics, target._addr, meta, aliased, None if place is None else place._addr
+        array, code, semantics, target._addr, meta, held, None if place is None else place._addr
     )
     if place is not None:
         got = buf.memory

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .. import _core
+from . import memory_watch
 from .buffer import Buffer, host_to_device
 from .capi import ffi
 from .client_options import checked_options, refuse_multiprocess_cpu
@@ -85,6 +86,7 @@ class RuntimeClient(_core.ClientCore):
             raise RuntimeError(f"{self.plugin.path}: the client has no addressable devices")
         self._set_default_device(self.addressable_devices[0]._addr)
         self._check_processes(options)
+        memory_watch.track(self)  # its devices are reported by memory_watch()
 
     def _check_processes(self, options: Mapping[str, Any]) -> None:
         """After creation: the plugin made the world that was asked for."""

@@ -100,6 +100,7 @@ class Device:
             invoke("PJRT_Device_IsAddressable", device=ptr).is_addressable
         )
         self._memories: list[Memory] | None = None
+        self._no_stats = not self.is_addressable  # memory_stats() is None
         self.local_hardware_id = -1
         if self.is_addressable:
             self.local_hardware_id = invoke(
@@ -172,12 +173,13 @@ class Device:
             Any other error the plugin reports.
         """
         plugin = self.client.plugin
-        if not plugin.supports("PJRT_Device_MemoryStats") or not self.is_addressable:
+        if self._no_stats or not plugin.supports("PJRT_Device_MemoryStats"):
             return None
         try:
             with self.client._pinned():
                 out = plugin.invoke("PJRT_Device_MemoryStats", device=self._ptr)
         except UnimplementedError:
+            self._no_stats = True  # a plugin that keeps none never will (memory_watch asks often)
             return None
         stats = {"bytes_in_use": int(out.bytes_in_use)}
         for name in _OPTIONAL_STATS:

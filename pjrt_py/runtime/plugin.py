@@ -204,7 +204,12 @@ class Plugin:
         return f"<Plugin {self.path} PJRT {self.version_text}>"
 
 
-# PJRT_Extension_Type values, in the header's order.
+# PJRT_Extension_Type values, in the header's order (pjrt_c_api.h). 0-15 are in
+# every header from PJRT 0.81 on; 16-24 were read from the header at PJRT 0.108,
+# where 24 is spelled AxlTransform (XlaTransform in later headers). Of the CPU
+# builds, 0.106 and 0.115 carry 19 (its 40-byte struct is the shardings
+# extension's: a base and two functions) and 0.115 carries 24 (the build holds
+# XLA's transform pipeline, xla/service/xla_transform.cc).
 EXTENSION_NAMES = dict(
     enumerate(
         (
@@ -224,6 +229,15 @@ EXTENSION_NAMES = dict(
             "executable_metadata",
             "callback",
             "host_allocator",
+            "tpu_topology",
+            "tpu_executable",
+            "megascale",
+            "shardings",
+            "abi_version",
+            "collectives",
+            "multi_slice",
+            "host_memory_allocator",
+            "xla_transform",
         )
     )
 )
