@@ -29,7 +29,8 @@ import numpy as np
 from conftest import matmul_chain  # this script's directory is on sys.path
 
 import pjrt_py
-from pjrt_py import _core, kv
+from pjrt_py import _core
+from pjrt_py.distributed import stores
 
 # What a case leaves alive to the end: collected only when Python finalizes,
 # after the exit sequence (the path a module-level result takes).
@@ -89,7 +90,7 @@ def transfer(rep: int, chain: bytes, shim: str) -> None:
         KEEP.extend(arrays)  # else dropped now, their copies still running
 
 
-class SlowStore(kv.InMemoryStore):
+class SlowStore(stores.InMemoryStore):
     """Answers only after a while of Python work."""
 
     def __init__(self, entered: list[int]) -> None:

@@ -20,7 +20,9 @@ import pytest
 from conftest import build_so, installed_build, run_python
 
 import pjrt_py
-from pjrt_py import _core, kv
+from pjrt_py import _core
+from pjrt_py.distributed import stores
+from pjrt_py.runtime import kv_store
 from pjrt_py.runtime.discovery import BUILDS
 
 # A stand-in for a plugin: what a PJRT client does with the three callbacks
@@ -171,10 +173,10 @@ def replay(library: Path, store: Any, nodes: int, node: int) -> str:
 
 
 def test_the_topology_exchange_through_the_callbacks_from_native_threads(shim: Path) -> None:
-    store = kv.InMemoryStore()
+    store = stores.InMemoryStore()
     nodes = 4
     reports: dict[int, str] = {}
-    before = kv.calls()
+    before = kv_store.calls()
     threads = [
         threading.Thread(target=lambda i=i: reports.__setitem__(i, replay(shim, store, nodes, i)))
         for i in range(nodes)
@@ -187,7 +189,7 @@ def test_the_topology_exchange_through_the_callbacks_from_native_threads(shim: P
     assert [reports[i] for i in range(nodes)] == [want] * nodes
     assert b"local_topology/cpu [3]" in set(store.keys())  # keys with spaces and brackets
     assert store.try_get(b"local_topology/cpu [2]") == b"\x02\x00\xff["  # binary values
-    assert kv.calls() - before >= nodes * 5
+    assert kv_store.calls() - before >= nodes * 5
 
 
 class Faulty:
@@ -223,7 +225,7 @@ class Faulty:
 def test_store_exceptions_become_the_codes_the_plugin_reads(
     error: BaseException, code: int
 ) -> None:
-    assert kv._dispatch(Faulty(error), 0, b"key", 10) == (
+    assert kv_store._dispatch(Faulty(error), 0, b"key", 10) == (
         code,
         f"key-value store get(b'key') raised {type(error).__name__}: {error}",
         isinstance(error, KeyboardInterrupt),
@@ -231,15 +233,15 @@ def test_store_exceptions_become_the_codes_the_plugin_reads(
 
 
 def test_values_must_be_bytes_like() -> None:
-    assert kv._dispatch(Faulty(None, bytearray(b"ab")), 1, b"k", 0) == (0, b"ab", False)
-    code, text, _ = kv._dispatch(Faulty(None, "text"), 1, b"k", 0)
+    assert kv_store._dispatch(Faulty(None, bytearray(b"ab")), 1, b"k", 0) == (0, b"ab", False)
+    code, text, _ = kv_store._dispatch(Faulty(None, "text"), 1, b"k", 0)
     assert code == 2 and "TypeError" in text
 
 
 @pytest.mark.parametrize("code", [0, -3, 17, 999, True])
 def test_a_pjrt_error_with_no_failure_code_is_unknown(code: int) -> None:
     # Code 0 is OK: passed on, a failed put would read as a success.
-    got, text, _ = kv._dispatch(Faulty(pjrt_py.PjrtError("odd", code=code)), 2, b"k", b"v")
+    got, text, _ = kv_store._dispatch(Faulty(pjrt_py.PjrtError("odd", code=code)), 2, b"k", b"v")
     assert got == 2 and "PjrtError: odd" in text
 
 
@@ -248,7 +250,7 @@ def test_an_exception_that_cannot_be_printed_is_still_unknown() -> None:
         def __str__(self) -> str:
             raise ValueError("no")
 
-    got, text, interrupted = kv._dispatch(Faulty(Unprintable()), 0, b"k", 10)
+    got, text, interrupted = kv_store._dispatch(Faulty(Unprintable()), 0, b"k", 10)
     assert (got, interrupted) == (2, False)
     assert "Unprintable" in text and "could not be printed" in text
 
@@ -267,7 +269,7 @@ def test_the_store_lives_as_long_as_the_client() -> None:
     import gc
     import weakref
 
-    store = kv.InMemoryStore()
+    store = stores.InMemoryStore()
     ref = weakref.ref(store)
     client = pjrt_py.Client(kv_store=store)
     assert client.kv_store is store
@@ -298,7 +300,7 @@ def test_a_multiprocess_cpu_client_is_refused_on_every_build(
     if path is None:
         pytest.skip(f"the {build} plugin (in the test extra) is not installed")
     with pytest.raises(pjrt_py.UnsupportedError, match="cannot be one of several processes"):
-        pjrt_py.Client(path, options, kv_store=kv.InMemoryStore())
+        pjrt_py.Client(path, options, kv_store=stores.InMemoryStore())
 
 
 def free_port() -> int:
@@ -311,7 +313,9 @@ def free_port() -> int:
 NODE = """
 import sys, threading
 import pjrt_py
-from pjrt_py import _core, kv
+from pjrt_py import _core
+from pjrt_py.distributed import stores
+from pjrt_py.runtime import kv_store
 from jax._src.lib import _jax
 sys.path.insert(0, {tests!r})
 from test_kv_store import replay
@@ -320,7 +324,7 @@ address, nodes, node = {address!r}, {nodes}, int(sys.argv[1])
 service = _jax.get_distributed_runtime_service(address, nodes) if node == 0 else None
 connection = _jax.get_distributed_runtime_client(address, node, init_timeout=60)
 connection.connect()
-store = kv.JaxCoordinationStore(connection, prefix="job-1/")
+store = stores.JaxCoordinationStore(connection, prefix="job-1/")
 print("report", replay({shim!r}, store, nodes, node), flush=True)
 # The adapter itself: binary keys and values, and the codes of each failure.
 store.put(b"bin \\x00\\xff key " + bytes([node]), bytes(range(256)))
