@@ -113,7 +113,11 @@ def host_to_device(
     if zero_copy:
         _check_zero_copy(client, array)
         semantics = _ZERO_COPY
-    elif array.nbytes >= STAGED_COPY_BYTES and client._cpu_fast_paths:
+    elif (
+        array.nbytes >= STAGED_COPY_BYTES
+        and client._cpu_fast_paths
+        and not (memory is None and _core.staging_wanted(client, array.nbytes))
+    ):
         array, semantics = _staged(array), _ZERO_COPY
     else:
         semantics = _COPY
