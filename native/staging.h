@@ -30,7 +30,8 @@ typedef struct staging_work {
 typedef struct {
   char* mem;         /* chunk_bytes of the ring's memory */
   int busy;          /* owned by a job: being filled, in a DMA, or being emptied */
-  void* job;         /* the upload owning it (staging_h2d.c) */
+  int holds;         /* an upload's holds on it (staging_h2d.c) */
+  void* job;         /* the upload owning it */
   PJRT_Event* event; /* its last DMA's event (fired): destroyed by the next owner */
 } staging_slot;
 
@@ -75,6 +76,8 @@ struct staging_job {
   char* dst;
   size_t nbytes;
   PJRT_Event* ready;     /* the source's ready event */
+  int starts;            /* the job is posted when both its callback and its
+                            registration are done with `ready` (atomic) */
   staging_work work;
 };
 

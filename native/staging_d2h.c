@@ -226,11 +226,18 @@ static void d2h_run(void* arg) {
   gate_call(d2h_release, j); /* exiting: everything it holds stays */
 }
 
+/* One of the two things the job waits for to start: the source's ready
+ * callback, and the return of the call registering it (d2h_run destroys
+ * the event, which must not happen under that call). */
+static void d2h_start(struct staging_job* j) {
+  if (__atomic_sub_fetch(&j->starts, 1, __ATOMIC_ACQ_REL) == 0) staging_post(&j->work);
+}
+
 /* The source is ready (or failed): on a PJRT thread, or the caller's. */
 static void d2h_source_ready(PJRT_Error* error, void* arg) {
   struct staging_job* j = (struct staging_job*)arg;
   error_destroy(j->api, error); /* d2h_run reads the status from the event */
-  staging_post(&j->work);
+  d2h_start(j);
 }
 
 /* ---- starting ---------------------------------------------------------------------- */
@@ -316,6 +323,7 @@ static PyObject* staged_from_device(BufferObject* b, PyObject* array, size_t ndi
   j->dst = (char*)PyArray_DATA((PyArrayObject*)array);
   j->nbytes = nbytes;
   j->ready = ready.event;
+  j->starts = 2;
   j->work.run = d2h_run;
   j->work.arg = j;
   ((PromiseObject*)promise)->job = j;
@@ -326,7 +334,8 @@ static PyObject* staged_from_device(BufferObject* b, PyObject* array, size_t ndi
   error = event_on_ready(api, ready.event, d2h_source_ready, j);
   if (error != NULL) { /* no callback will come: the driver waits for the source */
     error_destroy(api, error);
-    staging_post(&j->work);
+    d2h_start(j);
   }
+  d2h_start(j); /* the registration's part */
   return promise;
 }

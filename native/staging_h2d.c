@@ -51,19 +51,31 @@ static void h2d_finish(void* arg) {
   free(j);
 }
 
-/* A chunk's DMA is over: its slot is free. On a PJRT thread, or the caller's. */
-static void h2d_chunk_done(PJRT_Error* error, void* arg) {
-  staging_slot* s = (staging_slot*)arg;
+/* Drops one of a chunk's two holds on its slot: its DMA's callback's, and
+ * the issuer's (held until its PJRT_Event_OnReady call has returned, so that
+ * the slot's next owner cannot destroy the event under that call). The slot
+ * is free when both are gone. */
+static void h2d_slot_release(staging_slot* s) {
   h2d_job* j = (h2d_job*)s->job;
   staging_ring* r = j->ring;
-  error_destroy(r->c->api, error); /* a failed DMA fails the buffer: its ready event says */
   pthread_mutex_lock(&r->mu);
+  if (--s->holds > 0) {
+    pthread_mutex_unlock(&r->mu);
+    return;
+  }
   s->busy = 0;
   s->job = NULL;
   bool last = --j->inflight == 0 && j->closed;
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
   if (last) staging_post(&j->work);
+}
+
+/* A chunk's DMA is over. On a PJRT thread, or the issuer's. */
+static void h2d_chunk_done(PJRT_Error* error, void* arg) {
+  staging_slot* s = (staging_slot*)arg;
+  error_destroy(((h2d_job*)s->job)->c->api, error); /* a failed DMA fails the buffer */
+  h2d_slot_release(s);
 }
 
 static void h2d_fail_buffer(const PJRT_Api* api, PJRT_AsyncHostToDeviceTransferManager* m,
@@ -232,17 +244,19 @@ static BufferObject* staged_to_device(PyObject* client, pjrt_py_client* c, PyArr
     }
     pthread_mutex_lock(&r->mu);
     s->event = t.done_with_h2d_transfer;
+    s->holds = 2;
     j->inflight++;
     pthread_mutex_unlock(&r->mu);
     offset += len;
-    PJRT_Error* error = event_on_ready(api, s->event, h2d_chunk_done, s);
+    PJRT_Error* error = event_on_ready(api, t.done_with_h2d_transfer, h2d_chunk_done, s);
     if (error != NULL) { /* no callback will come: wait for the DMA here */
       error_destroy(api, error);
       PJRT_Event_Await_Args a = {0};
       a.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
-      a.event = s->event;
+      a.event = t.done_with_h2d_transfer;
       h2d_chunk_done(api->PJRT_Event_Await(&a), s);
     }
+    h2d_slot_release(s); /* the issuer's hold */
   }
   if (stop != H2D_DONE && staging_may_call(c))
     h2d_fail_buffer(api, m, PJRT_Error_Code_CANCELLED, "the staged transfer was stopped");
