@@ -144,7 +144,7 @@ static PyMethodDef core_functions[] = {
     {"in_host_callback", core_in_host_callback, METH_NOARGS,
      "Whether this thread is inside a host callback."},
     {"staging_configure", core_staging_configure, METH_VARARGS,
-     "staging_configure(client, mode, min_bytes, chunk_bytes, slots): staged transfers"},
+     "staging_configure(client, mode, min_bytes, chunk_bytes, slots, timeout)"},
     {"staging_stats", core_staging_stats, METH_O,
      "staging_stats(client) -> the staging ring's settings, state and counters"},
     {"staging_wanted", core_staging_wanted, METH_VARARGS,

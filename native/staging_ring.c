@@ -208,15 +208,47 @@ static pjrt_py_client* staging_client(PyObject* client) {
   return client_core_open((ClientCoreObject*)client);
 }
 
-/* staging_configure(client, mode, min_bytes, chunk_bytes, slots): settings
- * checked by pjrt_py.runtime.staging. Refused while staged copies run. */
+/* Waits, the GIL released, until no job holds r or `timeout` seconds pass:
+ * 0 idle (r->mu held), -1 with an exception (r->mu not held). With the GIL. */
+static int ring_wait_idle(staging_ring* r, double timeout) {
+  long start = now_ns();
+  pthread_mutex_lock(&r->mu);
+  while (r->active > 0) {
+    double left = timeout * 1e9 - (double)(now_ns() - start);
+    if (left <= 0) {
+      pthread_mutex_unlock(&r->mu);
+      PyErr_Format(PyExc_RuntimeError,
+                   "staged transfers of this client were still in flight after %.3g s: its "
+                   "chunks can change when they are done",
+                   timeout);
+      return -1;
+    }
+    struct timespec until;
+    deadline_in(&until, left < PJRT_PY_SLICE_NS ? (long)left + 1 : PJRT_PY_SLICE_NS);
+    int active;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_cond_timedwait(&r->cv, &r->mu, &until);
+    active = r->active;
+    pthread_mutex_unlock(&r->mu);
+    Py_END_ALLOW_THREADS
+    if (active > 0 && PyErr_CheckSignals() < 0) return -1;
+    pthread_mutex_lock(&r->mu);
+  }
+  return 0;
+}
+
+/* staging_configure(client, mode, min_bytes, chunk_bytes, slots, timeout):
+ * settings checked by pjrt_py.runtime.staging. The mode and the threshold
+ * change at once (a copy decides when it starts); a new chunk size or slot
+ * count remakes the ring, once no staged copy runs (waiting up to timeout s). */
 static PyObject* core_staging_configure(PyObject* self, PyObject* args) {
   (void)self;
   PyObject* client;
   int mode, slots;
   Py_ssize_t min_bytes, chunk_bytes;
-  if (!PyArg_ParseTuple(args, "Oinni:staging_configure", &client, &mode, &min_bytes,
-                        &chunk_bytes, &slots))
+  double timeout;
+  if (!PyArg_ParseTuple(args, "Oinnid:staging_configure", &client, &mode, &min_bytes,
+                        &chunk_bytes, &slots, &timeout))
     return NULL;
   pjrt_py_client* c = staging_client(client);
   if (c == NULL) return NULL;
@@ -234,21 +266,24 @@ static PyObject* core_staging_configure(PyObject* self, PyObject* args) {
     r->c = c;
     c->staging = r;
   }
-  pthread_mutex_lock(&r->mu);
-  if (r->active > 0) {
-    pthread_mutex_unlock(&r->mu);
-    PyErr_SetString(PyExc_RuntimeError,
-                    "staged transfers are in flight on this client: change the settings when "
-                    "they are done");
-    return NULL;
-  }
   bool remake = r->chunk_bytes != (size_t)chunk_bytes || r->nslots != slots;
-  if (remake || r->state == RING_FAILED)
+  if (remake || r->state == RING_FAILED) {
+    client_ref(c); /* a close() while it waits must not free c, nor r with it */
+    int waited = ring_wait_idle(r, timeout);
+    if (waited == 0 && state_check_usable(c, "client") < 0) pthread_mutex_unlock(&r->mu);
+    if (waited < 0 || PyErr_Occurred()) {
+      client_unref(c);
+      return NULL;
+    }
+    client_unref(c); /* the caller's client holds it still (checked just now) */
     ring_free_memory(r, state_pjrt_allowed(c) ? c->client : NULL);
+    r->chunk_bytes = (size_t)chunk_bytes;
+    r->nslots = slots;
+  } else {
+    pthread_mutex_lock(&r->mu);
+  }
   r->mode = mode;
   r->min_bytes = (size_t)min_bytes;
-  r->chunk_bytes = (size_t)chunk_bytes;
-  r->nslots = slots;
   pthread_mutex_unlock(&r->mu);
   Py_RETURN_NONE;
 }

@@ -275,14 +275,18 @@ def test_deleting_the_source_during_a_staged_read(staged: pjrt_py.Client) -> Non
     assert idle(staged)
 
 
-def test_configure_refuses_while_copies_are_in_flight(staged: pjrt_py.Client) -> None:
+def test_new_chunks_wait_for_copies_in_flight(staged: pjrt_py.Client) -> None:
     promise = slow_work(staged, 0.3)().to_numpy_async()
     if not promise.is_ready():
-        with pytest.raises(RuntimeError, match="in flight"):
-            staging.configure(staged, chunk_bytes=2 * CHUNK)
-    promise.value()
-    assert idle(staged)
-    staging.configure(staged, chunk_bytes=CHUNK)  # same settings: nothing to remake
+        with pytest.raises(RuntimeError, match="still in flight after"):
+            staging.configure(staged, chunk_bytes=2 * CHUNK, timeout=0.01)
+    staging.configure(staged, mode="on", min_bytes=1)  # applies at once, copies or not
+    staging.configure(staged, chunk_bytes=2 * CHUNK)  # waits for the copy
+    assert staging.stats(staged)["active"] == 0
+    assert promise.value(timeout=10).shape == (256, 256)
+    x = random_array(9 * CHUNK + 1, np.uint8)  # through the new ring
+    same_bits(staged.buffer(x).to_numpy(), x)
+    staging.configure(staged, chunk_bytes=CHUNK)
 
 
 def test_settings_are_checked() -> None:

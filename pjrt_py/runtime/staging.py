@@ -110,8 +110,13 @@ def configure(
     min_bytes: int | None = None,
     chunk_bytes: int | None = None,
     slots: int | None = None,
+    timeout: float = 30.0,
 ) -> None:
     """Change a client's staged-transfer settings; those not given stay.
+
+    ``mode`` and ``min_bytes`` apply at once: a copy decides when it starts.
+    A new ``chunk_bytes`` or ``slots`` remakes the client's ring, which waits
+    until no staged copy of the client is in flight.
 
     Parameters
     ----------
@@ -126,13 +131,17 @@ def configure(
         Bytes per chunk, a positive multiple of 4096.
     slots : int, optional
         Chunks in the ring, 1 to 16: how many can be in flight at once.
+    timeout : float
+        How long to wait for staged copies in flight before a new
+        ``chunk_bytes`` or ``slots`` is refused (seconds, default 30).
 
     Raises
     ------
     ValueError
         For a setting out of range, or a closed client.
     RuntimeError
-        While staged copies of this client are in flight.
+        If staged copies of this client were still in flight after
+        ``timeout`` when the ring had to be remade.
     """
     now = stats(client)
     if mode is not None and mode not in MODES:
@@ -154,7 +163,11 @@ def configure(
         raise ValueError(f"chunk_bytes must be a multiple of {PAGE} up to 1 GiB, not {chunk_bytes}")
     if not 1 <= slots <= MAX_SLOTS:
         raise ValueError(f"slots must be 1 to {MAX_SLOTS}, not {slots}")
-    _core.staging_configure(client, MODES.index(effective), min_bytes, chunk_bytes, slots)
+    if not timeout >= 0:
+        raise ValueError(f"timeout must be >= 0 seconds, not {timeout!r}")
+    _core.staging_configure(
+        client, MODES.index(effective), min_bytes, chunk_bytes, slots, float(timeout)
+    )
     client._staging_requested = chosen
 
 
