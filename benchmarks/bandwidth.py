@@ -25,6 +25,7 @@ and more, is a GPU's (an H100 over PCIe 5).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -269,7 +270,11 @@ def run(quick: bool = False) -> dict[str, Any]:
     torch = _torch(client.platform_name, notes)
     c = _c_baseline(client)
     sizes = QUICK_SIZES if quick else SIZES if cpu else [*SIZES, 1024 * MIB]
-    rows = [measure(client, c, jdev, torch, nbytes, quick) for nbytes in sizes]
+    rows = []
+    for nbytes in sizes:  # each size's GB/s on stderr as it is measured: a run cut short says
+        rows.append(measure(client, c, jdev, torch, nbytes, quick))
+        speeds = {k: _speed(nbytes, v) for k, v in rows[-1].items() if k != "bytes"}
+        print(f"bandwidth {_size(nbytes)}: {speeds}", file=sys.stderr, flush=True)
     s = staging.stats(client)
     notes.append(
         f"{client.platform_name} ({client.platform_version}); staging as configured: "
