@@ -242,11 +242,29 @@ static void d2h_source_ready(PJRT_Error* error, void* arg) {
 
 /* ---- starting ---------------------------------------------------------------------- */
 
-/* Whether b's on-device bytes are `nbytes` of row-major data. With the GIL. */
+/* Whether b is in its device's default memory (where the plugin cannot say:
+ * yes). With the GIL. */
+static bool d2h_in_default_memory(BufferObject* b) {
+  const PJRT_Api* api = b->c->api;
+  PJRT_Memory* memory = buffer_memory(b);
+  PJRT_Device* device = buffer_device(b);
+  if (memory == NULL || device == NULL || !PJRT_PY_HAS(api, PJRT_Device_DefaultMemory))
+    return true;
+  PJRT_Device_DefaultMemory_Args dm = {0};
+  dm.struct_size = PJRT_Device_DefaultMemory_Args_STRUCT_SIZE;
+  dm.device = device;
+  PJRT_Error* error = api->PJRT_Device_DefaultMemory(&dm);
+  error_destroy(api, error);
+  return error != NULL || dm.memory == memory;
+}
+
+/* Whether b's on-device bytes are `nbytes` of row-major data in its
+ * device's default memory. With the GIL. */
 static bool d2h_raw_is_dense(BufferObject* b, size_t ndim, size_t nbytes) {
   const PJRT_Api* api = b->c->api;
   int64_t order[PJRT_PY_MAX_RANK];
-  if (!PJRT_PY_HAS(api, PJRT_Buffer_CopyRawToHost) || !buffer_minor_to_major(b, ndim, order))
+  if (!PJRT_PY_HAS(api, PJRT_Buffer_CopyRawToHost) || !d2h_in_default_memory(b) ||
+      !buffer_minor_to_major(b, ndim, order))
     return false;
   for (size_t k = 0; k < ndim; ++k)
     if (order[k] != (int64_t)(ndim - 1 - k)) return false;

@@ -21,6 +21,7 @@ CALLBACKS_DOC = ROOT / "docs" / "callbacks.md"
 DISTRIBUTED_DOC = ROOT / "docs" / "distributed.md"
 DYNAMIC_DOC = ROOT / "docs" / "dynamic.md"
 TRACING_DOC = ROOT / "docs" / "tracing.md"
+GPU_DOC = ROOT / "docs" / "gpu.md"
 SGD_EXAMPLE = ROOT / "examples" / "data_parallel_sgd.py"
 
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
@@ -106,6 +107,7 @@ def test_async_doc_code_block_runs(index: int) -> None:
         (DISTRIBUTED_DOC, 1),
         (DYNAMIC_DOC, 2),
         (TRACING_DOC, 2),
+        (GPU_DOC, 1),
     ],
 )
 def test_walk_through_doc_runs_top_to_bottom(doc: Path, min_blocks: int) -> None:

@@ -118,6 +118,17 @@ def test_results_of_a_program_come_back_staged(staged: pjrt_py.Client) -> None:
     assert counts(staged)[1] == d2h + 1
 
 
+@pytest.mark.needs_memory_kinds("pinned_host")
+def test_other_memories_take_the_plain_path(staged: pjrt_py.Client) -> None:
+    x = random_array(5 * CHUNK + 3, np.uint8)
+    h2d, d2h = counts(staged)
+    pinned = staged.buffer(x, memory="pinned_host")
+    same_bits(pinned.to_numpy(), x)
+    assert counts(staged) == (h2d, d2h)
+    same_bits(pinned.copy_to_memory("device").to_numpy(), x)  # staged from the device
+    assert counts(staged) == (h2d, d2h + 1)
+
+
 def test_below_min_bytes_and_off_take_the_plain_path(client: pjrt_py.Client) -> None:
     c = pjrt_py.Client(client.plugin)
     try:
