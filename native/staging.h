@@ -78,7 +78,8 @@ struct staging_job {
   PJRT_Event* ready;     /* the source's ready event */
   int starts;            /* the job is posted when both its callback and its
                             registration are done with `ready` (atomic) */
-  staging_work work;
+  staging_work work;     /* d2h_run, on the driver */
+  staging_work release;  /* d2h_release, on the notifier */
 };
 
 /* The answer of the staged paths when they do not take a transfer. */
@@ -88,6 +89,7 @@ static char g_staging_not_taken;
 /* staging_pool.c */
 static void staging_copy(char* dst, const char* src, size_t len);
 static void staging_post(staging_work* work);
+static void staging_notify(staging_work* work);
 
 /* staging_ring.c */
 static bool staging_wanted(pjrt_py_client* c, size_t nbytes);

@@ -110,8 +110,9 @@ static int staged_promise_watch(PromiseObject* p) {
 
 /* ---- the pipeline's side (the driver thread) ------------------------------------- */
 
-/* What the job holds, let go: with the GIL, on the driver thread. */
-static void d2h_release(void* arg) {
+/* What the job holds, let go, and its promise's done callbacks run: with the
+ * GIL, on the notifier thread. */
+static void d2h_release_with_gil(void* arg) {
   struct staging_job* j = (struct staging_job*)arg;
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);
@@ -223,7 +224,12 @@ static void d2h_run(void* arg) {
   j->watcher = NULL;
   pthread_cond_broadcast(&j->cv);
   pthread_mutex_unlock(&j->mu);
-  gate_call(d2h_release, j); /* exiting: everything it holds stays */
+  staging_notify(&j->release);
+}
+
+/* On the notifier thread. */
+static void d2h_release(void* arg) {
+  gate_call(d2h_release_with_gil, arg); /* exiting: everything the job holds stays */
 }
 
 /* One of the two things the job waits for to start: the source's ready
@@ -344,6 +350,8 @@ static PyObject* staged_from_device(BufferObject* b, PyObject* array, size_t ndi
   j->starts = 2;
   j->work.run = d2h_run;
   j->work.arg = j;
+  j->release.run = d2h_release;
+  j->release.arg = j;
   ((PromiseObject*)promise)->job = j;
   pthread_mutex_lock(&r->mu);
   r->d2h_jobs++;

@@ -10,7 +10,10 @@
  * Driver. One thread runs what no caller waits for: device-to-host jobs
  * (staging_d2h.c, queued when their source is ready) and the end of uploads
  * (destroying a transfer manager once its last chunk is done). It blocks on
- * DMAs, never on Python.
+ * DMAs, never on Python. A second thread, the notifier, lets go of what a
+ * finished download held and runs its promise's done callbacks, with the
+ * GIL: a callback that waits for another staged copy must not wait on the
+ * very thread that would run it.
  *
  * Both are process-wide and started on first use. In a child made by fork()
  * they do not exist: staging_after_fork() forgets them, and the next use
@@ -41,11 +44,18 @@ static copy_task* g_pool_tasks = NULL;
 static int g_copiers = -1;       /* threads that copy, the caller included; -1: not set */
 static int g_copiers_started = 0; /* copier threads running (g_copiers - 1 wanted) */
 
-static pthread_mutex_t g_driver_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t g_driver_cv = PTHREAD_COND_INITIALIZER;
-static staging_work* g_driver_head = NULL;
-static staging_work* g_driver_tail = NULL;
-static int g_driver_started = 0;
+/* A queue of work and the thread that runs it, started on first use. */
+typedef struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  staging_work* head;
+  staging_work* tail;
+  int started;
+} work_queue;
+
+static work_queue g_driver = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
+static work_queue g_notifier = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL,
+                                0};
 
 /* Copies the parts of t not taken yet; returns when none is left to take. */
 static void copy_parts(copy_task* t) {
@@ -130,52 +140,62 @@ static void staging_copy(char* dst, const char* src, size_t len) {
   pthread_mutex_unlock(&g_pool_mu);
 }
 
-/* ---- the driver ------------------------------------------------------------ */
+/* ---- the driver and the notifier ------------------------------------------ */
 
-static void* driver_main(void* unused) {
-  (void)unused;
-  pthread_mutex_lock(&g_driver_mu);
+static void* queue_main(void* arg) {
+  work_queue* q = (work_queue*)arg;
+  pthread_mutex_lock(&q->mu);
   for (;;) {
-    staging_work* w = g_driver_head;
+    staging_work* w = q->head;
     if (w == NULL) {
-      pthread_cond_wait(&g_driver_cv, &g_driver_mu);
+      pthread_cond_wait(&q->cv, &q->mu);
       continue;
     }
-    g_driver_head = w->next;
-    if (g_driver_head == NULL) g_driver_tail = NULL;
-    pthread_mutex_unlock(&g_driver_mu);
+    q->head = w->next;
+    if (q->head == NULL) q->tail = NULL;
+    pthread_mutex_unlock(&q->mu);
     w->run(w->arg);
-    pthread_mutex_lock(&g_driver_mu);
+    pthread_mutex_lock(&q->mu);
   }
   return NULL;
 }
 
-/* Queues `work` for the driver thread. Any thread, no GIL; takes no lock of
- * PJRT's. Without a driver thread (none could be made) it runs here. */
-static void staging_post(staging_work* work) {
+/* Queues `work` for q's thread. Any thread, no GIL; takes no lock of PJRT's.
+ * Without a thread (none could be made) it runs here. */
+static void queue_post(work_queue* q, staging_work* work) {
   work->next = NULL;
-  pthread_mutex_lock(&g_driver_mu);
-  if (!g_driver_started) {
+  pthread_mutex_lock(&q->mu);
+  if (!q->started) {
     pthread_t thread;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&thread, &attr, driver_main, NULL) == 0) g_driver_started = 1;
+    if (pthread_create(&thread, &attr, queue_main, q) == 0) q->started = 1;
     pthread_attr_destroy(&attr);
   }
-  if (!g_driver_started) {
-    pthread_mutex_unlock(&g_driver_mu);
+  if (!q->started) {
+    pthread_mutex_unlock(&q->mu);
     work->run(work->arg);
     return;
   }
-  if (g_driver_tail != NULL) {
-    g_driver_tail->next = work;
+  if (q->tail != NULL) {
+    q->tail->next = work;
   } else {
-    g_driver_head = work;
+    q->head = work;
   }
-  g_driver_tail = work;
-  pthread_cond_signal(&g_driver_cv);
-  pthread_mutex_unlock(&g_driver_mu);
+  q->tail = work;
+  pthread_cond_signal(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+}
+
+static void staging_post(staging_work* work) { queue_post(&g_driver, work); }
+static void staging_notify(staging_work* work) { queue_post(&g_notifier, work); }
+
+static void queue_after_fork(work_queue* q) {
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_cond_init(&q->cv, NULL);
+  q->head = q->tail = NULL;
+  q->started = 0;
 }
 
 /* After fork(), in the child: no copier or driver thread exists, and their
@@ -186,10 +206,8 @@ static void staging_after_fork(void) {
   pthread_cond_init(&g_pool_left, NULL);
   g_pool_tasks = NULL;
   g_copiers_started = 0;
-  pthread_mutex_init(&g_driver_mu, NULL);
-  pthread_cond_init(&g_driver_cv, NULL);
-  g_driver_head = g_driver_tail = NULL;
-  g_driver_started = 0;
+  queue_after_fork(&g_driver);
+  queue_after_fork(&g_notifier);
 }
 
 /* staging_copiers(n=None) -> the number of threads a staged chunk is copied

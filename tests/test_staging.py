@@ -205,6 +205,28 @@ def test_done_callbacks_and_await(staged: pjrt_py.Client) -> None:
     assert asyncio.run(main()).shape == (256, 256)
 
 
+def test_a_done_callback_may_wait_for_another_staged_copy(staged: pjrt_py.Client) -> None:
+    """Done callbacks do not run on the thread that runs staged copies."""
+    x = random_array(20 * CHUNK, np.uint8)
+    other = staged.buffer(x)
+    got: list[Any] = []
+    finished = threading.Event()
+
+    def read_another(_: Any) -> None:
+        try:
+            got.append(other.to_numpy())  # a staged copy, waited for in the callback
+            got.append(other.to_numpy_async().value(timeout=30))
+        except BaseException as e:  # handed to the test
+            got.append(e)
+        finished.set()
+
+    slow_work(staged, 0.1)().to_numpy_async().add_done_callback(read_another)
+    assert finished.wait(60), "the callback never ended"
+    assert len(got) == 2 and not isinstance(got[0], BaseException), got
+    same_bits(got[0], x)
+    same_bits(got[1], x)
+
+
 def test_buffer_async_snapshots_the_source(staged: pjrt_py.Client) -> None:
     x = random_array(40 * CHUNK, np.uint8)
     want = x.copy()
