@@ -77,8 +77,8 @@ static int staging_ring_ensure(staging_ring* r) {
     r->state = RING_ALLOCATING;
     size_t size = r->chunk_bytes * (size_t)r->nslots;
     pthread_mutex_unlock(&r->mu);
-    void* base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
-                      -1, 0);
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE; /* touched now, not by a DMA */
+    void* base = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, -1, 0);
     int mapped = 0;
     char why[sizeof r->why_unmapped] = "";
     const PJRT_Api* api = r->c->api;
@@ -267,15 +267,17 @@ static PyObject* core_staging_configure(PyObject* self, PyObject* args) {
     c->staging = r;
   }
   bool remake = r->chunk_bytes != (size_t)chunk_bytes || r->nslots != slots;
+  client_ref(c); /* a close() while it waits must not free c, nor r with it */
   if (remake || r->state == RING_FAILED) {
-    client_ref(c); /* a close() while it waits must not free c, nor r with it */
-    int waited = ring_wait_idle(r, timeout);
-    if (waited == 0 && state_check_usable(c, "client") < 0) pthread_mutex_unlock(&r->mu);
-    if (waited < 0 || PyErr_Occurred()) {
+    int waited = ring_wait_idle(r, timeout); /* 0: r->mu held */
+    if (waited == 0 && state_check_usable(c, "client") < 0) {
+      pthread_mutex_unlock(&r->mu);
+      waited = -1;
+    }
+    if (waited < 0) {
       client_unref(c);
       return NULL;
     }
-    client_unref(c); /* the caller's client holds it still (checked just now) */
     ring_free_memory(r, state_pjrt_allowed(c) ? c->client : NULL);
     r->chunk_bytes = (size_t)chunk_bytes;
     r->nslots = slots;
@@ -285,6 +287,7 @@ static PyObject* core_staging_configure(PyObject* self, PyObject* args) {
   r->mode = mode;
   r->min_bytes = (size_t)min_bytes;
   pthread_mutex_unlock(&r->mu);
+  client_unref(c);
   Py_RETURN_NONE;
 }
 
