@@ -169,19 +169,23 @@ static void staging_job_ended(staging_ring* r, pjrt_py_client* c) {
  * the PJRT client to unmap from, or NULL where PJRT may not be called. */
 static void ring_free_memory(staging_ring* r, PJRT_Client* client) {
   bool pjrt = client != NULL;
+  /* Memory the plugin mapped and cannot unmap stays: it may still treat it as its own. */
+  bool unmap = r->dma_mapped && pjrt && PJRT_PY_HAS(r->c->api, PJRT_Client_DmaUnmap);
   for (int i = 0; i < STAGING_MAX_SLOTS; ++i) {
     if (pjrt) event_destroy(r->c->api, r->slots[i].event);
     r->slots[i].event = NULL;
     r->slots[i].mem = NULL;
   }
-  if (r->base != NULL && r->dma_mapped && pjrt) {
+  if (r->base != NULL && unmap) {
     PJRT_Client_DmaUnmap_Args args = {0};
     args.struct_size = PJRT_Client_DmaUnmap_Args_STRUCT_SIZE;
     args.client = client;
     args.data = r->base;
-    error_destroy(r->c->api, r->c->api->PJRT_Client_DmaUnmap(&args));
+    PJRT_Error* error = r->c->api->PJRT_Client_DmaUnmap(&args);
+    unmap = error == NULL;
+    error_destroy(r->c->api, error);
   }
-  if (r->base != NULL && (pjrt || !r->dma_mapped)) munmap(r->base, r->size);
+  if (r->base != NULL && (unmap || !r->dma_mapped)) munmap(r->base, r->size);
   r->base = NULL;
   r->size = 0;
   r->dma_mapped = 0;

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import in_threads, matmul_chain, run_python, slow_work
+from conftest import gpu_client_or_skip, in_threads, matmul_chain, run_python, slow_work
 
 import pjrt_py
 from pjrt_py.runtime import staging
@@ -157,6 +157,27 @@ def test_auto_stages_nothing_on_a_plugin_that_maps_no_memory(client: pjrt_py.Cli
             assert s["memory"] == "ready" and s["why_unmapped"] and counts(c) == (0, 0)
         else:
             assert counts(c) == (1, 1)
+    finally:
+        c.close()
+
+
+@pytest.mark.gpu
+def test_a_gpu_client_stages_large_copies_by_itself() -> None:
+    """auto: the plugin maps the ring, and copies from min_bytes up go through it."""
+    c = gpu_client_or_skip()
+    try:
+        settings = staging.stats(c)
+        assert settings["mode"] == "auto"
+        small = random_array(settings["min_bytes"] - 1, np.uint8)
+        same_bits(c.buffer(small).to_numpy(), small)
+        assert counts(c) == (0, 0)
+        x = random_array(64 << 20, np.uint8, seed=3)
+        b = c.buffer(x)
+        same_bits(b.to_numpy(), x)
+        same_bits(b.to_numpy_async().value(), x)
+        s = staging.stats(c)
+        assert s["dma_mapped"], f"the plugin did not map the ring: {s['why_unmapped']}"
+        assert (s["h2d"], s["d2h"]) == (1, 2)
     finally:
         c.close()
 
@@ -483,13 +504,17 @@ if pid == 0:
         os._exit(10)
     except ValueError as e:
         assert "os.fork()" in str(e), e
-    fresh = pjrt_py.Client({plugin!r})
+    try:
+        fresh = pjrt_py.Client({plugin!r})
+    except Exception as e:  # CUDA cannot start again in a child of a process using it
+        print("no client in the child:", e)
+        os._exit(20)
     staging.configure(fresh, mode="on", min_bytes=1, chunk_bytes=8192, slots=2)
     assert (fresh.buffer(x).to_numpy() == x).all()
     assert staging.stats(fresh)["h2d"] == 1 and staging.stats(fresh)["d2h"] == 1
     os._exit(0)
 _, status = os.waitpid(pid, 0)
-assert os.waitstatus_to_exitcode(status) == 0, status
+print("child", os.waitstatus_to_exitcode(status))
 assert (pending.value() == x).all() and (c.buffer(x).to_numpy() == x).all()
 print("ok")
 """
@@ -498,4 +523,9 @@ print("ok")
 def test_fork_with_staged_copies(client: pjrt_py.Client) -> None:
     result = run_python(FORK.format(plugin=str(client.plugin.path)), timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == "ok"
+    lines = result.stdout.split()
+    assert lines[-1] == "ok"
+    # The CPU plugins make a new client in the child, and it stages; a GPU
+    # plugin may not start at all in a child of a process that used it.
+    allowed = {"0"} if client.platform_name == "cpu" else {"0", "20"}
+    assert lines[lines.index("child") + 1] in allowed, result.stdout
