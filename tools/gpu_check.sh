@@ -121,7 +121,7 @@ run() {
   export PYTHONPATH=$site:$ROOT PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
   export XLA_PYTHON_CLIENT_PREALLOCATE=false PJRT_PLUGIN=${PJRT_PLUGIN:-cuda}
   export PY="python3 -P"
-  PYTEST_OPTS="-o pythonpath=tests -p no:cacheprovider -q -rs"
+  PYTEST_OPTS="-o pythonpath=tests -p no:cacheprovider -q -rs --continue-on-collection-errors"
   if $PY -c "import pytest_timeout" 2>/dev/null; then PYTEST_OPTS+=" --timeout=120"; fi
   export PYTEST_OPTS
   export -f device_step smoke_step pytest_step
