@@ -1,6 +1,6 @@
 /* pjrt_py.Buffer's Python face: reading data out, devices, copies and
  * pickling, and the type itself. Lifetime and metadata are in buffer.c. */
-#include "promise.h"
+#include "staging.h"
 
 /* ---- device to host -------------------------------------------------------------- */
 
@@ -31,6 +31,14 @@ static PyObject* buffer_copy_out(BufferObject* b, size_t direct_limit, int wait)
   void* data = PyArray_DATA((PyArrayObject*)array);
   PyObject* result = NULL;
   int permuted = 0;
+  if (nbytes > 0 && staging_wanted(c, nbytes)) { /* large, and c stages copies (staging_d2h.c) */
+    PyObject* staged = staged_from_device(b, array, (size_t)ndim);
+    if (staged != STAGING_NOT_TAKEN) {
+      result = wait ? promise_waited(staged) : staged;
+      client_unref(c);
+      return result;
+    }
+  }
   if (nbytes == 0 || (nbytes <= direct_limit && buffer_read_direct(b, data, nbytes, (size_t)ndim))) {
     result = wait ? array : promise_of_array(c, array, (PyObject*)b, NULL);
   } else if (c->cpu && buffer_dense_state(b, nbytes, (size_t)ndim) == 2 &&

@@ -111,7 +111,7 @@ static PyObject* promise_add_done_callback(PromiseObject* p, PyObject* fn) {
   Py_INCREF(fn);
   PyList_SetItem(p->callbacks, 0, fn);
   /* Count every event first: one may fire during its own registration. */
-  p->watching = p->num_events + 1;
+  p->watching = p->num_events + 1 + (p->job != NULL);
   for (int i = 0; i < p->num_events; ++i) {
     watch_record* r = (watch_record*)malloc(sizeof(*r));
     PJRT_Error* error = NULL;
@@ -130,6 +130,7 @@ static PyObject* promise_add_done_callback(PromiseObject* p, PyObject* fn) {
       p->watching--;
     }
   }
+  if (p->job != NULL && !staged_promise_watch(p)) p->watching--; /* ended meanwhile */
   promise_notified(p); /* the +1 above */
   Py_RETURN_NONE;
 }

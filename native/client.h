@@ -23,6 +23,7 @@ struct pjrt_py_client {
   unsigned long generation; /* the process generation it was made in (fork) */
   PJRT_Device* default_device;
   void* kv;           /* the key-value store's holder (kv_store.c), or NULL */
+  struct staging_ring* staging; /* staged transfers' ring (staging_ring.c), or NULL */
   pthread_mutex_t mu; /* guards the epochs */
   pthread_cond_t cv;  /* an epoch emptied */
   pjrt_py_epoch* oldest;
@@ -47,5 +48,8 @@ static void client_leave(pjrt_py_client* c);
 
 /* client.c */
 static PyTypeObject* ClientCoreType;
+
+/* staging_ring.c: frees c's ring before its PJRT client is destroyed */
+static void staging_ring_release(pjrt_py_client* c, PJRT_Client* client);
 
 #endif

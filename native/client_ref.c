@@ -41,6 +41,7 @@ static void kv_holder_release(void* arg);                 /* kv_store.c */
 static void client_destroy_pjrt(pjrt_py_client* c) {
   PJRT_Client* client = __atomic_exchange_n(&c->client, NULL, __ATOMIC_ACQ_REL);
   if (client == NULL) return;
+  staging_ring_release(c, client); /* idle: no staged copy in flight */
   PJRT_Client_Destroy_Args args = {0};
   args.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE;
   args.client = client;

@@ -59,8 +59,9 @@ static void gate_leave(void);
 /* gate_call.c */
 static int gate_call(void (*fn)(void*), void* arg);
 
-/* releases.c */
+/* releases.c, staging_pool.c */
 static void deferred_after_fork(void);
+static void staging_after_fork(void);
 static void run_with_gil(void (*fn)(void*), void* arg);
 static void drop_reference(void* object);
 

@@ -41,6 +41,10 @@
 #include "executable.c"
 #include "client.c"
 #include "stderr_replay.c"
+#include "staging_pool.c"
+#include "staging_ring.c"
+#include "staging_h2d.c"
+#include "staging_d2h.c"
 
 static PyObject* hook_await = NULL;
 static PyObject* hook_callback_error = NULL;
@@ -145,6 +149,14 @@ static PyMethodDef core_functions[] = {
      "Whether this thread is inside a host callback."},
     {"stderr_replay", core_stderr_replay, METH_VARARGS,
      "stderr_replay(from_fd, to_fd, offset): a fatal signal copies from_fd to to_fd first"},
+    {"staging_configure", core_staging_configure, METH_VARARGS,
+     "staging_configure(client, mode, min_bytes, chunk_bytes, slots, timeout)"},
+    {"staging_stats", core_staging_stats, METH_O,
+     "staging_stats(client) -> the staging ring's settings, state and counters"},
+    {"staging_wanted", core_staging_wanted, METH_VARARGS,
+     "staging_wanted(client, nbytes) -> whether a copy this large would be staged"},
+    {"staging_copiers", (PyCFunction)(void (*)(void))core_staging_copiers, METH_FASTCALL,
+     "staging_copiers(n=None) -> threads copying a staged chunk (sets it first if n)"},
     {NULL, NULL, 0, NULL},
 };
 

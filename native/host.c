@@ -4,7 +4,7 @@
  * argument check of a call is a pointer comparison per argument. The dtype
  * table comes from pjrt_py.runtime.dtypes (set_dtypes), which is its one source.
  */
-#include "buffer.h"
+#include "staging.h"
 
 #include <string.h>
 
@@ -171,6 +171,11 @@ static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArray
                                     int type, int semantics, PJRT_Device* device,
                                     PJRT_Memory* memory, PyObject* meta, int host_aliased) {
   npy_intp nbytes = PyArray_NBYTES(array);
+  if (semantics == PJRT_HostBufferSemantics_kImmutableOnlyDuringCall && memory == NULL &&
+      staging_wanted(c, (size_t)nbytes)) { /* large, and c stages copies (staging_h2d.c) */
+    BufferObject* staged = staged_to_device(client, c, array, type, device, meta);
+    if (staged != STAGING_NOT_TAKEN) return staged;
+  }
   int64_t dims[PJRT_PY_MAX_RANK];
   int ndim = PyArray_NDIM(array);
   for (int i = 0; i < ndim; ++i) dims[i] = (int64_t)PyArray_DIMS(array)[i];

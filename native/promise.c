@@ -318,6 +318,7 @@ static int promise_poll(PromiseObject* p) {
                     "process; create a new pjrt_py.Client in this process");
     return -1;
   }
+  if (p->job != NULL) return staged_promise_poll(p);
   if (promise_make_events(p) < 0) return -1;
   for (int i = 0; i < p->num_events; ++i) {
     if (event_is_ready(p->api, p->events[i])) continue;
@@ -335,9 +336,22 @@ static PyObject* promise_is_ready(PromiseObject* p, PyObject* unused) {
   return done < 0 ? NULL : PyBool_FromLong(done);
 }
 
+static PyObject* promise_timed_out(double timeout) {
+  PyObject* seconds = PyFloat_FromDouble(timeout);
+  if (seconds != NULL) {
+    PyErr_Format(PyExc_TimeoutError, "promise not ready after %R s", seconds);
+    Py_DECREF(seconds);
+  }
+  return NULL;
+}
+
 /* Waits (timeout < 0: forever) and returns the result, or raises. */
 static PyObject* promise_value_impl(PromiseObject* p, double timeout) {
   if (promise_poll(p) < 0) return NULL;
+  if (!p->done && p->job != NULL) {
+    int ready = staged_promise_wait(p, timeout);
+    if (ready <= 0) return ready < 0 ? NULL : promise_timed_out(timeout);
+  }
   if (!p->done) {
     double deadline = timeout < 0 ? 0 : (double)now_ns() * 1e-9 + timeout;
     for (int i = 0; i < p->num_events; ++i) {
@@ -348,14 +362,7 @@ static PyObject* promise_value_impl(PromiseObject* p, double timeout) {
       }
       int ready = wait_event(p->api, p->events[i], left);
       if (ready < 0) return NULL;
-      if (ready == 0) {
-        PyObject* seconds = PyFloat_FromDouble(timeout);
-        if (seconds != NULL) {
-          PyErr_Format(PyExc_TimeoutError, "promise not ready after %R s", seconds);
-          Py_DECREF(seconds);
-        }
-        return NULL;
-      }
+      if (ready == 0) return promise_timed_out(timeout);
     }
     promise_harvest(p);
   }

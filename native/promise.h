@@ -33,6 +33,7 @@ typedef struct {
   PyObject* error;     /* the first error of the work, or NULL */
   PyObject* callbacks; /* list, or NULL */
   PyObject* weakrefs;
+  struct staging_job* job; /* a staged copy's outcome instead of events (staging_d2h.c) */
 } PromiseObject;
 
 /* promise.c */
@@ -47,5 +48,11 @@ static BufferObject* promise_at(PromiseObject* p, Py_ssize_t i);
 static PyObject* promise_of_array(pjrt_py_client* c, PyObject* array, PyObject* source,
                                   PJRT_Event* event);
 static PyObject* promise_of_completion(pjrt_py_client* c, PJRT_Event* event);
+
+/* staging_d2h.c: a promise whose outcome is a staged copy's (p->job) */
+static int staged_promise_poll(PromiseObject* p);
+static int staged_promise_wait(PromiseObject* p, double timeout);
+static int staged_promise_watch(PromiseObject* p);
+static void staged_job_release(struct staging_job* job);
 
 #endif

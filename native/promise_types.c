@@ -68,6 +68,8 @@ static void promise_dealloc(PromiseObject* p) {
   if (p->raw != NULL && state_pjrt_allowed(p->c)) {
     buffer_handle_destroy(p->api, p->raw);
   }
+  /* A staged copy holds its own array; after fork its lock may be a parent thread's. */
+  if (p->job != NULL && p->c->generation == g_generation) staged_job_release(p->job);
   Py_CLEAR(p->raw_meta);
   Py_CLEAR(p->owner);
   Py_CLEAR(p->one);

@@ -204,6 +204,7 @@ static PyObject* core_after_fork_in_child(PyObject* self, PyObject* unused) {
   g_released = NULL;
   g_holds = 0;
   deferred_after_fork(); /* DLPack releases queued for the interpreter (releases.c) */
+  staging_after_fork();  /* staged transfers' threads (staging_pool.c) */
   Py_RETURN_NONE;
 }
 

@@ -340,6 +340,17 @@ def _has_torch() -> bool:
     return True
 
 
+def gpu_client_or_skip() -> pjrt_py.Client:
+    """A new client of an installed GPU plugin, or a skip saying none is there."""
+    gpus = [p for p in pjrt_py.plugins() if p.name in ("cuda", "rocm")]
+    if not gpus:
+        pytest.skip("needs a PJRT plugin with GPU devices (none installed)")
+    try:
+        return pjrt_py.Client(gpus[0].path)
+    except pjrt_py.PjrtError as e:
+        pytest.skip(f"needs a GPU device: the {gpus[0].name} plugin found none ({e})")
+
+
 def needs_memory_kinds(client: pjrt_py.Client, *kinds: str) -> None:
     """Skip unless the client's devices have memories of ``kinds`` (for parametrized kinds)."""
     reason = capability_skip(client, pytest.mark.needs_memory_kinds(*kinds).mark)

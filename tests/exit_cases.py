@@ -90,6 +90,26 @@ def transfer(rep: int, chain: bytes, shim: str) -> None:
         KEEP.extend(arrays)  # else dropped now, their copies still running
 
 
+def staged(rep: int, chain: bytes, shim: str) -> None:
+    """Staged copies (pjrt_py.runtime.staging, forced on) in flight both ways:
+    an upload from a thread, and downloads of a running result and a ready one."""
+    import threading  # noqa: PLC0415
+
+    from pjrt_py.runtime import staging  # noqa: PLC0415
+
+    c = pjrt_py.Client()
+    staging.configure(c, mode="on", min_bytes=1, chunk_bytes=1 << 16, slots=2)
+    exe = c.deserialize(chain)
+    big = np.ones(1 << 22, np.float32)  # 16 MiB: 256 chunks
+    threading.Thread(target=c.buffer, args=(big,), daemon=True).start()
+    out = exe.execute_async(c.buffer(np.eye(N, dtype=np.float32)))
+    arrays = [out.to_numpy_async(), c.buffer(big[: 1 << 20]).to_numpy_async()]
+    if rep % 2:
+        arrays[0].add_done_callback(lambda p: None)
+    if rep % 4 < 2:
+        KEEP.extend(arrays)  # else dropped now, their copies still running
+
+
 class SlowStore(stores.InMemoryStore):
     """Answers only after a while of Python work."""
 
@@ -123,6 +143,7 @@ CASES: dict[str, Callable[[int, bytes, str], None]] = {
     "executions": executions,
     "callback": callback,
     "transfer": transfer,
+    "staged": staged,
     "kv": kv_call,
 }
 

@@ -22,6 +22,7 @@ DISTRIBUTED_DOC = ROOT / "docs" / "distributed.md"
 DYNAMIC_DOC = ROOT / "docs" / "dynamic.md"
 TRACING_DOC = ROOT / "docs" / "tracing.md"
 MEMORY_DOC = ROOT / "docs" / "memory.md"
+GPU_DOC = ROOT / "docs" / "gpu.md"
 SGD_EXAMPLE = ROOT / "examples" / "data_parallel_sgd.py"
 
 _FENCE = re.compile(r"^```python[ \t]*\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
@@ -108,6 +109,7 @@ def test_async_doc_code_block_runs(index: int) -> None:
         (DYNAMIC_DOC, 2),
         (TRACING_DOC, 2),
         (MEMORY_DOC, 2),
+        (GPU_DOC, 1),
     ],
 )
 def test_walk_through_doc_runs_top_to_bottom(doc: Path, min_blocks: int) -> None:

@@ -1,7 +1,8 @@
 """Interpreter exit wherever work is: executions, a host callback running
-Python, transfers and a key-value call in flight, each exit repeated many
-times while a second driver loads the machine (tests/exit_cases.py). Every
-exit must end with the status the program chose, no signal, in time."""
+Python, transfers (plain and staged) and a key-value call in flight, each
+exit repeated many times while a second driver loads the machine
+(tests/exit_cases.py). Every exit must end with the status the program chose,
+no signal, in time."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ int start_putting(void* put, void* arg) {
 DEFAULT_BUILD = os.environ.get("PJRT_PLUGIN") in (None, "", "cpu", "fastatomstruct-xla-cpu")
 REPS = 25 if DEFAULT_BUILD else 10
 CHILD_TIMEOUT = 30.0
-CASES = ["executions", "callback", "transfer", "kv"]
+CASES = ["executions", "callback", "transfer", "staged", "kv"]
 
 
 @pytest.fixture(scope="module")

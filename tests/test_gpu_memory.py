@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+from conftest import gpu_client_or_skip
 
 import pjrt_py
 from pjrt_py.runtime.gpu_memory import DEFAULTS, from_environment, with_memory_policy
@@ -121,19 +122,9 @@ def test_memory_stats_after_close_is_a_clear_error() -> None:
         device.memory_stats()
 
 
-def _gpu_client_or_skip() -> pjrt_py.Client:
-    gpus = [p for p in pjrt_py.plugins() if p.name in ("cuda", "rocm")]
-    if not gpus:
-        pytest.skip("needs a PJRT plugin with GPU devices (none installed)")
-    try:
-        return pjrt_py.Client(gpus[0].path)
-    except pjrt_py.PjrtError as e:
-        pytest.skip(f"needs a GPU device: the {gpus[0].name} plugin found none ({e})")
-
-
 @pytest.mark.gpu
 def test_default_gpu_client_leaves_memory_for_other_frameworks() -> None:
-    client = _gpu_client_or_skip()
+    client = gpu_client_or_skip()
     stats = client.addressable_devices[0].memory_stats()
     assert stats is not None, "a GPU plugin keeps allocator statistics"
     held = max(stats.get("bytes_reserved", 0), stats.get("pool_bytes", 0), stats["bytes_in_use"])

@@ -9,6 +9,7 @@ start-up, compile and the first calls cancel out.
     python tools/callgrind_per_call.py dispatch        # execute_async on an f32[8] add
     python tools/callgrind_per_call.py chain           # a 3-stage execute_async chain
     python tools/callgrind_per_call.py to_numpy        # a small to_numpy
+    python tools/callgrind_per_call.py buffer_async    # a small buffer_async, dropped
     python tools/callgrind_per_call.py sharded --devices 8   # execute_sharded
 
 Needs valgrind. Only the main thread is counted (``--separate-threads=yes``):
@@ -48,6 +49,10 @@ CASES = {
     "to_numpy": (
         "x = c.buffer(np.ones(8, np.float32)); x.to_numpy()\n",
         "x.to_numpy()",
+    ),
+    "buffer_async": (
+        "x = np.ones(8, np.float32); c.buffer_async(x).value()\n",
+        "c.buffer_async(x)",
     ),
     "sharded": (
         "exe = c.compile(PROGRAM, devices=c.devices)\n"

@@ -119,7 +119,11 @@ def host_to_device(
     if zero_copy:
         _check_zero_copy(client, array)
         semantics, held = _ZERO_COPY, _ALIAS_OF_CALLERS
-    elif array.nbytes >= STAGED_COPY_BYTES and client._cpu_fast_paths:
+    elif (
+        array.nbytes >= STAGED_COPY_BYTES
+        and client._cpu_fast_paths
+        and not (memory is None and _core.staging_wanted(client, array.nbytes))
+    ):
         array, semantics, held = _staged(array), _ZERO_COPY, _ALIAS_OF_OURS
     else:
         semantics, held = _COPY, _A_COPY

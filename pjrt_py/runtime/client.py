@@ -27,6 +27,7 @@ from .gpu_memory import with_memory_policy
 from .kv_store import check_store, create_fields
 from .plugin import Plugin, address, encode_named_values, load_plugin
 from .promise import BufferPromise
+from .staging import configure_from_environment, settings_from_environment
 
 
 class RuntimeClient(_core.ClientCore):
@@ -47,6 +48,7 @@ class RuntimeClient(_core.ClientCore):
         # GPU memory: the caller's options, then jax's variables, then ours.
         options = checked_options(platform, with_memory_policy(platform, options))
         refuse_multiprocess_cpu(platform, options)
+        staging = settings_from_environment()  # refused before the plugin is asked
         nodes = options.get("num_nodes")
         self._spans_processes = isinstance(nodes, int) and nodes > 1
         if kv_store is not None:
@@ -72,6 +74,8 @@ class RuntimeClient(_core.ClientCore):
         # CPU-only transfer paths: staged large copies, direct reads of ready
         # buffers (see STAGED_COPY_BYTES and DIRECT_READ_BYTES in buffer.py).
         self._cpu_fast_paths = self.platform_name == "cpu"
+        # Large copies through a ring of registered host memory (staging.py).
+        configure_from_environment(self, staging)
         with self._pinned() as ptr:
             self.process_index: int = self.plugin.invoke(
                 "PJRT_Client_ProcessIndex", client=ptr

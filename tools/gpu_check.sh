@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The GPU check of pjrt_py, in one go, on a lent GPU machine (no network, no
+# installs: see ../shared/gpu/README.md). Two halves:
+#
+#   bash tools/gpu_check.sh prepare     # here, with network: builds .gpu/ (the
+#                                       # wheel, and cffi + pycparser for cp312)
+#   bash tools/gpu_check.sh run [STEP]  # there, from the repo root, with .gpu/
+#                                       # (the device tool: carry [".gpu"])
+#
+# `run` installs the wheel into $SITE (/tmp/site) and runs each step with a limit,
+# writing STEP.txt (and the benchmarks' JSON) under $OUT (./gpu_out if unset),
+# and one line per step to summary.txt. The steps, in order (some 7 minutes):
+#   device     nvidia-smi, versions, the staging settings a client gets
+#   smoke      a staged 256 MiB round trip, checked, with the ring's counters
+#   sweep      tools/staging_sweep.py: chunk size x copier threads, threshold
+#   pytest     tests/test_staging.py, every gpu-marked test, and the
+#              capability-gated buffer and memory tests, on $PJRT_PLUGIN (cuda)
+#   bandwidth  benchmarks/bandwidth.py: pjrt_py (unstaged, staged), jax, torch
+#   dispatch   benchmarks/dispatch.py
+# Name steps to run only those (a rerun after one failed or ran out of time).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+prepare() {
+  set -e  # .gpu/ and gpu_out/ are in .gitignore: the run tool carries .gpu when asked
+  bash tools/build_dist.sh
+  rm -rf .gpu && mkdir -p .gpu/whl && cp dist/*.whl .gpu/whl/
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux2014_x86_64 -d .gpu/whl cffi pycparser
+  ls -l .gpu/whl
+}
+
+device_step() {
+  nvidia-smi
+  $PY - <<'PYTHON'
+import sys
+
+import numpy
+
+import pjrt_py
+from pjrt_py.runtime import staging
+
+c = pjrt_py.Client()
+print(sys.version.split()[0], "numpy", numpy.__version__)
+print(c, c.plugin.path, c.plugin.version_text, "pjrt_py from", pjrt_py.__file__)
+print("staging", staging.stats(c))
+for name in ("jax", "torch"):
+    try:
+        print(name, __import__(name).__version__)
+    except Exception as e:  # noqa: BLE001
+        print(name, "absent:", e)
+PYTHON
+}
+
+smoke_step() {
+  $PY - <<'PYTHON'
+import time
+
+import numpy as np
+
+import pjrt_py
+from pjrt_py.runtime import staging
+
+c = pjrt_py.Client()
+x = np.random.default_rng(0).random(32 << 20)  # 256 MiB
+for label in ("first", "again"):
+    t = time.perf_counter()
+    b = c.buffer(x)
+    up = time.perf_counter() - t
+    t = time.perf_counter()
+    y = b.to_numpy()
+    down = time.perf_counter() - t
+    assert y.tobytes() == x.tobytes(), "WRONG DATA"
+    print(label, "h2d %.1f GB/s, d2h %.1f GB/s" % (x.nbytes / up / 1e9, x.nbytes / down / 1e9))
+s = staging.stats(c)
+print("staging", s)
+assert s["h2d"] >= 2 and s["d2h"] >= 2, "NOT STAGED"
+print("smoke ok")
+PYTHON
+}
+
+pytest_step() {
+  local rc=0
+  $PY -m pytest $PYTEST_OPTS tests/test_staging.py || rc=1
+  $PY -m pytest $PYTEST_OPTS -m gpu tests || rc=1
+  $PY -m pytest $PYTEST_OPTS tests/test_buffer.py tests/test_memory_spaces.py || rc=1
+  return $rc
+}
+
+# step NAME LIMIT_S COMMAND...: runs it with a time limit, output in $OUT/NAME.txt.
+step() {
+  local name=$1 limit=$2 start rc
+  shift 2
+  echo "== $name (up to ${limit} s)"
+  start=$(date +%s)
+  timeout -k 10 "$limit" "$@" > "$OUT/$name.txt" 2>&1
+  rc=$?
+  echo "$name: exit $rc after $(( $(date +%s) - start )) s$([ $rc = 124 ] && echo ', timed out')" \
+    | tee -a "$OUT/summary.txt"
+  tail -n 4 "$OUT/$name.txt"
+}
+
+wanted() { [ ${#STEPS[@]} = 0 ] || [[ " ${STEPS[*]} " == *" $1 "* ]]; }
+
+run() {
+  OUT=${OUT:-$ROOT/gpu_out}
+  local site=${SITE:-/tmp/site}
+  mkdir -p "$OUT"
+  if ! python3 -m pip install -q --no-index --no-deps --target "$site" .gpu/whl/*.whl \
+      > "$OUT/install.txt" 2>&1; then
+    cat "$OUT/install.txt"
+    echo "install: failed (run 'bash tools/gpu_check.sh prepare' here; carry .gpu)" \
+      | tee -a "$OUT/summary.txt"
+    return 1
+  fi
+  # The wheel's pjrt_py, not the checkout's (which has no compiled core): the
+  # wheel's directory comes first on PYTHONPATH, python -P keeps the working
+  # directory off sys.path, and pytest adds only tests/ (the checkout is on
+  # PYTHONPATH after the wheel, for benchmarks/).
+  export PYTHONPATH=$site:$ROOT PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false PJRT_PLUGIN=${PJRT_PLUGIN:-cuda}
+  export PY="python3 -P"
+  PYTEST_OPTS="-o pythonpath=tests -p no:cacheprovider -q -rs --continue-on-collection-errors"
+  if $PY -c "import pytest_timeout" 2>/dev/null; then PYTEST_OPTS+=" --timeout=120"; fi
+  export PYTEST_OPTS
+  export -f device_step smoke_step pytest_step
+
+  if wanted device; then step device 60 bash -c device_step; fi
+  if wanted smoke; then step smoke 90 bash -c smoke_step; fi
+  if wanted sweep; then step sweep 100 $PY tools/staging_sweep.py; fi
+  if wanted pytest; then step pytest 200 bash -c pytest_step; fi
+  if wanted bandwidth; then
+    step bandwidth 120 $PY -m benchmarks.bandwidth --json "$OUT/bandwidth.json"
+  fi
+  if wanted dispatch; then
+    step dispatch 90 $PY -m benchmarks.dispatch --json "$OUT/dispatch.json"
+  fi
+  echo "== done: $OUT"
+  cat "$OUT/summary.txt"
+}
+
+case "${1:-run}" in
+  prepare) prepare ;;
+  run) shift $(( $# > 0 ? 1 : 0 )); STEPS=("$@"); run ;;
+  *) echo "usage: bash tools/gpu_check.sh prepare | run [STEP ...]" >&2; exit 2 ;;
+esac
