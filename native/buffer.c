@@ -56,6 +56,14 @@ static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffe
   return b;
 }
 
+/* Records what the maker of b knows of it (NULL: nothing). */
+static void buffer_set_origin(BufferObject* b, const buffer_origin* origin) {
+  if (origin == NULL) return;
+  b->device = origin->device;
+  b->memory = origin->memory;
+  b->row_major = origin->row_major;
+}
+
 /* Destroys the PJRT handle and drops the client reference, once. */
 static void buffer_free_handle(BufferObject* b) {
   PJRT_Buffer* buf = b->buf;
@@ -297,10 +305,13 @@ static void* buffer_target_address(BufferObject* b, PyObject* target) {
   return pointer;
 }
 
-/* A BufferPromise of a new copy of b (a PJRT handle the plugin just made). */
-static PyObject* buffer_copy_promise(BufferObject* b, PJRT_Buffer* copied) {
+/* A BufferPromise of a new copy of b (a PJRT handle the plugin just made),
+ * knowing `origin` of it (where it went: its layout is the plugin's choice). */
+static PyObject* buffer_copy_promise(BufferObject* b, PJRT_Buffer* copied,
+                                     const buffer_origin* origin) {
   BufferObject* copy = buffer_wrap(b->client, b->c, copied, b->meta);
   if (copy == NULL) return NULL;
+  buffer_set_origin(copy, origin);
   PyObject* promise = promise_of_one(copy);
   Py_DECREF(copy);
   return promise;

@@ -196,6 +196,9 @@ static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArray
   if (b == NULL) return NULL; /* buffer_wrap freed the PJRT buffer */
   b->host_aliased = (unsigned char)host_aliased;
   b->row_major = 1; /* no device_layout asked for: the default, row-major */
+  /* Known at creation (buffer_origin): no later call asks the plugin. */
+  b->device = device;
+  b->memory = memory != NULL ? memory : client_default_memory(c, device);
   /* An alias's event fires when the buffer is freed: not a copy to wait for. */
   if (!host_aliased) transfer_track(c, args.done_with_host_buffer);
   release_on_ready(c->api, args.done_with_host_buffer, (PyObject*)array);

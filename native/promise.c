@@ -69,6 +69,7 @@ static BufferObject* promise_at(PromiseObject* p, Py_ssize_t i) {
     p->raw = NULL; /* taken by b, or destroyed by buffer_wrap's failure */
     Py_CLEAR(p->raw_meta);
     if (b == NULL) return NULL;
+    buffer_set_origin(b, &p->raw_origin);
     b->ready = (unsigned char)p->raw_ready;
     p->one = b;
   }
@@ -111,15 +112,17 @@ static PyObject* promise_of_buffers(PyObject* buffers, int arity) {
 }
 
 /* A promise of one execution output, `raw` (taken, with a new client
- * reference held by the promise), whose Buffer is made on first use. */
+ * reference held by the promise), whose Buffer is made on first use, knowing
+ * `origin` (NULL: nothing) of it. */
 static PyObject* promise_of_output(PyObject* owner, pjrt_py_client* c, PJRT_Buffer* raw,
-                                   PyObject* meta) {
+                                   PyObject* meta, const buffer_origin* origin) {
   PromiseObject* p = (PromiseObject*)promise_new_blank(BufferPromiseType, PROMISE_BUFFERS, c);
   if (p == NULL) {
     buffer_handle_destroy(c->api, raw);
     return NULL;
   }
   p->raw = raw;
+  if (origin != NULL) p->raw_origin = *origin;
   Py_XINCREF(meta);
   p->raw_meta = meta;
   Py_INCREF(owner);
