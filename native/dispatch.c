@@ -89,9 +89,7 @@ static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, Buffer
   PJRT_Error* error;
   Py_BEGIN_ALLOW_THREADS
   error = c->api->PJRT_LoadedExecutable_Execute(&run);
-  if (error == NULL)
-    for (size_t d = 0; d < n_dev; ++d)
-      if (events[d] != NULL) completion_track(c, events[d]);
+  if (error == NULL) completion_track(c, events, n_dev);
   Py_END_ALLOW_THREADS
   if (error != NULL) {
     /* The plugin ran the program as it dispatched it (XLA's CPU client runs
