@@ -99,15 +99,33 @@ static void destroy_buffer(const PJRT_Api* api, PJRT_Buffer* buffer) {
   api->PJRT_Buffer_Destroy(&d);
 }
 
+static void await_event(const PJRT_Api* api, PJRT_Event* event) {
+  if (event == NULL) return;
+  PJRT_Event_Await_Args w;
+  memset(&w, 0, sizeof(w));
+  w.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
+  w.event = event;
+  PJRT_Error* error = api->PJRT_Event_Await(&w);
+  if (error != NULL) {
+    PJRT_Error_Destroy_Args d;
+    memset(&d, 0, sizeof(d));
+    d.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+    d.error = error;
+    api->PJRT_Error_Destroy(&d);
+  }
+}
+
 /* One Execute over `num_devices` argument lists (`args`: num_devices x
  * num_args, device-major), asking for every device's completion event;
- * destroys the events at once. The outputs go to `outputs` (num_devices x
- * num_outputs). 0, or -1 on a PJRT error. */
+ * destroys the events at once (with `wait`, once they fire: the last call
+ * of a timed loop, so that no work spills into the next measurement). The
+ * outputs go to `outputs` (num_devices x num_outputs). 0, or -1 on a PJRT
+ * error. */
 static int execute_rows(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJRT_Buffer** args,
                         size_t num_devices, size_t num_args, PJRT_Buffer** outputs,
                         size_t num_outputs, PJRT_Buffer* const** arg_lists,
                         PJRT_Buffer*** output_lists, PJRT_Event** events,
-                        const PJRT_ExecuteOptions* options) {
+                        const PJRT_ExecuteOptions* options, int wait) {
   for (size_t d = 0; d < num_devices; ++d) {
     arg_lists[d] = args + d * num_args;
     output_lists[d] = outputs + d * num_outputs;
@@ -124,13 +142,17 @@ static int execute_rows(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJRT_Bu
   a.output_lists = output_lists;
   a.device_complete_events = events;
   if (api->PJRT_LoadedExecutable_Execute(&a) != NULL) return -1;
-  for (size_t d = 0; d < num_devices; ++d) destroy_event(api, events[d]);
+  for (size_t d = 0; d < num_devices; ++d) {
+    if (wait) await_event(api, events[d]);
+    destroy_event(api, events[d]);
+  }
   return 0;
 }
 
 /* The floor of execute_sharded_async with the promises dropped: a raw loop
  * of one multi-device Execute with completion events (destroyed at once),
- * then every output destroyed. Mean ns per call, or -1 on a PJRT error. */
+ * then every output destroyed; the last call's events are waited for. Mean
+ * ns per call, or -1 on a PJRT error. */
 double c_sharded_loop_event(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJRT_Buffer** args,
                             size_t num_devices, size_t num_args, size_t num_outputs,
                             long iterations) {
@@ -146,7 +168,7 @@ double c_sharded_loop_event(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJR
   double start = now_ns();
   for (long i = 0; i < iterations; ++i) {
     if (execute_rows(api, exe, args, num_devices, num_args, outputs, num_outputs, arg_lists,
-                     output_lists, events, &options) < 0)
+                     output_lists, events, &options, i == iterations - 1) < 0)
       goto done;
     for (size_t o = 0; o < num_devices * num_outputs; ++o) destroy_buffer(api, outputs[o]);
   }
@@ -179,8 +201,8 @@ double c_chain_loop_event(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJRT_
     for (long s = 0; s < stages; ++s) {
       PJRT_Buffer* args[2] = {held ? held : x, y};
       PJRT_Buffer* out = NULL;
-      if (execute_rows(api, exe, args, 1, 2, &out, 1, arg_lists, output_lists, events,
-                       &options) < 0)
+      if (execute_rows(api, exe, args, 1, 2, &out, 1, arg_lists, output_lists, events, &options,
+                       i == iterations - 1 && s == stages - 1) < 0)
         return -1.0;
       if (held != NULL) destroy_buffer(api, held);
       held = out;
