@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 # jax makes its CPU devices when it starts: 8 of them, asked for before any
@@ -132,18 +133,34 @@ def chain_timers(client: pjrt_py.Client, c: tuple[Any, Any, Any]) -> dict[str, A
     return {C_CHAIN: c_chain, CHAIN: ours}
 
 
-def calls_per_second(work: Any, threads: int, seconds: float) -> float:
+def context_switches() -> int:
+    """Voluntary context switches of the calling thread so far (0 where /proc
+    cannot say): a thread that blocks, on the GIL or on a lock, switches once
+    each time it does."""
+    try:
+        text = Path("/proc/thread-self/status").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return 0
+
+
+def calls_per_second(work: Any, threads: int, seconds: float) -> tuple[float, float]:
     """Calls per second of ``work(k)`` (k calls) run by ``threads`` threads at
-    once for about ``seconds``."""
-    counts = [0] * threads
+    once for about ``seconds``, and voluntary context switches per call."""
+    counts, switches = [0] * threads, [0] * threads
     start = threading.Barrier(threads + 1)
     stop = threading.Event()
 
     def run(i: int) -> None:
         start.wait()
+        switched = context_switches()
         while not stop.is_set():
             work(64)
             counts[i] += 64
+        switches[i] = context_switches() - switched
 
     pool = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
     for t in pool:
@@ -154,7 +171,8 @@ def calls_per_second(work: Any, threads: int, seconds: float) -> float:
     stop.set()
     for t in pool:
         t.join()
-    return sum(counts) / (time.perf_counter() - began)
+    calls = max(sum(counts), 1)
+    return calls / (time.perf_counter() - began), sum(switches) / calls
 
 
 def thread_scaling(client: pjrt_py.Client, c: tuple[Any, Any, Any], quick: bool) -> Any:
@@ -177,12 +195,14 @@ def thread_scaling(client: pjrt_py.Client, c: tuple[Any, Any, Any], quick: bool)
 
     seconds = 0.05 if quick else 0.6
     rounds = 1 if quick else 3
-    result: dict[str, dict[int, float]] = {"pjrt_py": {}, "C": {}}
+    rates: dict[str, dict[int, float]] = {"pjrt_py": {}, "C": {}}
+    switches: dict[str, dict[int, float]] = {"pjrt_py": {}, "C": {}}
     for who, work in (("pjrt_py", ours), ("C", c_loop)):
         for n in THREADS:  # the best of a few rounds: the machine is shared
-            result[who][n] = max(calls_per_second(work, n, seconds) for _ in range(rounds))
+            best = max(calls_per_second(work, n, seconds) for _ in range(rounds))
+            rates[who][n], switches[who][n] = best
         pjrt_py.effects_barrier()
-    return result
+    return rates, switches
 
 
 def run(quick: bool = False) -> dict[str, Any]:
@@ -202,7 +222,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         pjrt_py.effects_barrier()
     main = pjrt_py.Client()
     chain = interleaved(chain_timers(main, c), n, repeats)
-    threads = thread_scaling(main, c, quick)
+    threads, switches = thread_scaling(main, c, quick)
     for client in clients:
         client.close()
 
@@ -225,7 +245,10 @@ def run(quick: bool = False) -> dict[str, Any]:
     notes = []
     for who, rates in threads.items():
         base = rates[1]
-        scaled = ", ".join(f"{t} threads {r / base:.2f}x" for t, r in rates.items())
+        scaled = ", ".join(
+            f"{t} threads {r / base:.2f}x ({switches[who][t]:.3f} switches/call)"
+            for t, r in rates.items()
+        )
         notes.append(f"{who} calls/s from threads on one executable: {base:,.0f} with 1; {scaled}")
     return {
         "benchmark": "sharded",
@@ -235,6 +258,9 @@ def run(quick: bool = False) -> dict[str, Any]:
         "chain_us": chain,
         "threads_calls_per_s": {
             who: {str(k): v for k, v in r.items()} for who, r in threads.items()
+        },
+        "threads_switches_per_call": {
+            who: {str(k): v for k, v in r.items()} for who, r in switches.items()
         },
         "targets": targets,
         "table": table,
