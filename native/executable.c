@@ -163,16 +163,25 @@ static PyObject* executable_attach(ExecutableCoreObject* self, PyObject* args) {
     PyErr_SetString(PyExc_TypeError, "_attach: expect and out_metas are tuples or None");
     return NULL;
   }
+  /* No device: a program none of whose devices this process addresses
+   * (another process's share of a job); every call then goes to Python. */
   Py_ssize_t n_dev = PyTuple_Size(devices);
-  if (n_dev < 1 || n_dev > INT_MAX) {
-    PyErr_SetString(PyExc_ValueError, "_attach: no devices");
+  if (n_dev > INT_MAX) {
+    PyErr_SetString(PyExc_ValueError, "_attach: too many devices");
     return NULL;
   }
-  PJRT_Device** devs = (PJRT_Device**)address_array(devices, n_dev, false);
-  if (devs == NULL) return NULL;
-  PJRT_Memory** mems = (PJRT_Memory**)address_array(memories, n_dev, true);
-  if (mems == NULL) {
-    PyMem_Free(devs);
+  PJRT_Device** devs = NULL;
+  PJRT_Memory** mems = NULL;
+  if (n_dev > 0) {
+    devs = (PJRT_Device**)address_array(devices, n_dev, false);
+    if (devs == NULL) return NULL;
+    mems = (PJRT_Memory**)address_array(memories, n_dev, true);
+    if (mems == NULL) {
+      PyMem_Free(devs);
+      return NULL;
+    }
+  } else if (PyTuple_Size(memories) != 0) {
+    PyErr_SetString(PyExc_TypeError, "_attach: one address per device");
     return NULL;
   }
   PyMem_Free(self->devices);

@@ -87,7 +87,7 @@ static int sharded_fast(ExecutableCoreObject* self, PyObject* const* args, Py_ss
       self->devices == NULL || !sharded_keywords_plain(args, nargs, kwnames))
     return 0;
   Py_ssize_t n_dev = self->num_devices, n_args = PyTuple_Size(self->expect);
-  if (sequence_size(args[0]) != n_dev || n_args < 0) return 0;
+  if (n_dev < 1 || sequence_size(args[0]) != n_dev || n_args < 0) return 0;
   size_t total = (size_t)(n_dev * n_args);
   BufferObject* stack[PJRT_PY_STACK_SLOTS];
   PyObject* promise_stack[PJRT_PY_STACK_ROWS];
