@@ -87,6 +87,37 @@ def test_buffers_on_their_devices_run_natively_and_match_numpy(
     np.testing.assert_array_equal(again[2][0].to_numpy(), 6 * X)
 
 
+CONSTANT = """
+func.func @main() -> tensor<2xf32> {
+  %0 = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32>
+  return %0 : tensor<2xf32>
+}
+"""
+
+TWICE_AND_SAME = """
+func.func @main(%x: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32>) {
+  %0 = stablehlo.add %x, %x : tensor<8xf32>
+  return %0, %x : tensor<8xf32>, tensor<8xf32>
+}
+"""
+
+
+def test_no_arguments_and_several_outputs_run_natively_too(client: pjrt_py.Client) -> None:
+    constant = client.compile(CONSTANT, num_replicas=4)
+    pair = client.compile(TWICE_AND_SAME, num_replicas=4)
+    no_python_path(constant)
+    no_python_path(pair)
+    xs = [[client.buffer(X, device=d)] for d in pair.devices]
+    for _ in range(3):  # the first call's outputs are asked about, later ones told
+        for row in constant.execute_sharded([[]] * 4):
+            np.testing.assert_array_equal(row[0].to_numpy(), [1, 2])
+            assert row[0]._origin == row[0]._plugin_origin()
+        for row in pair.execute_sharded(xs):
+            np.testing.assert_array_equal(row[0].to_numpy(), 2 * X)
+            np.testing.assert_array_equal(row[1].to_numpy(), X)
+            assert all(b._origin == b._plugin_origin() for b in row)
+
+
 def test_everything_unusual_takes_the_python_path_with_its_errors(
     client: pjrt_py.Client, add4: pjrt_py.Executable, rows: list[list[pjrt_py.Buffer]]
 ) -> None:
