@@ -1,9 +1,10 @@
-/* The baselines for benchmarks/dispatch.py: a raw C loop of
- * PJRT_LoadedExecutable_Execute + PJRT_Buffer_Destroy of the outputs, on the
- * executable and argument buffers pjrt_py already made (same plugin, same
- * client, same header), with and without asking PJRT for the completion
- * event that pjrt_py asks for on every execution. Built at run time by
- * dispatch.py. */
+/* The baselines for benchmarks/dispatch.py and benchmarks/sharded.py: raw C
+ * loops of PJRT_LoadedExecutable_Execute + PJRT_Buffer_Destroy of the
+ * outputs, on the executable and argument buffers pjrt_py already made (same
+ * plugin, same client, same header), with and without asking PJRT for the
+ * completion event that pjrt_py asks for on every execution; over several
+ * devices at once; and a chain of executions, each on the last one's output.
+ * Built at run time by the benchmarks (and tools/callgrind_per_call.py). */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -77,4 +78,136 @@ double c_dispatch_loop(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJRT_Buf
 double c_dispatch_loop_event(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJRT_Buffer** args,
                              size_t num_args, size_t num_outputs, long iterations) {
   return dispatch_loop(api, exe, args, num_args, num_outputs, iterations, 1);
+}
+
+/* ---- several devices, and chains (benchmarks/sharded.py) ------------------------- */
+
+static void destroy_event(const PJRT_Api* api, PJRT_Event* event) {
+  if (event == NULL) return;
+  PJRT_Event_Destroy_Args e;
+  memset(&e, 0, sizeof(e));
+  e.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE;
+  e.event = event;
+  api->PJRT_Event_Destroy(&e);
+}
+
+static void destroy_buffer(const PJRT_Api* api, PJRT_Buffer* buffer) {
+  PJRT_Buffer_Destroy_Args d;
+  memset(&d, 0, sizeof(d));
+  d.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
+  d.buffer = buffer;
+  api->PJRT_Buffer_Destroy(&d);
+}
+
+static void await_event(const PJRT_Api* api, PJRT_Event* event) {
+  if (event == NULL) return;
+  PJRT_Event_Await_Args w;
+  memset(&w, 0, sizeof(w));
+  w.struct_size = PJRT_Event_Await_Args_STRUCT_SIZE;
+  w.event = event;
+  PJRT_Error* error = api->PJRT_Event_Await(&w);
+  if (error != NULL) {
+    PJRT_Error_Destroy_Args d;
+    memset(&d, 0, sizeof(d));
+    d.struct_size = PJRT_Error_Destroy_Args_STRUCT_SIZE;
+    d.error = error;
+    api->PJRT_Error_Destroy(&d);
+  }
+}
+
+/* One Execute over `num_devices` argument lists (`args`: num_devices x
+ * num_args, device-major), asking for every device's completion event;
+ * destroys the events at once (with `wait`, once they fire: the last call
+ * of a timed loop, so that no work spills into the next measurement). The
+ * outputs go to `outputs` (num_devices x num_outputs). 0, or -1 on a PJRT
+ * error. */
+static int execute_rows(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJRT_Buffer** args,
+                        size_t num_devices, size_t num_args, PJRT_Buffer** outputs,
+                        size_t num_outputs, PJRT_Buffer* const** arg_lists,
+                        PJRT_Buffer*** output_lists, PJRT_Event** events,
+                        const PJRT_ExecuteOptions* options, int wait) {
+  for (size_t d = 0; d < num_devices; ++d) {
+    arg_lists[d] = args + d * num_args;
+    output_lists[d] = outputs + d * num_outputs;
+    events[d] = NULL;
+  }
+  PJRT_LoadedExecutable_Execute_Args a;
+  memset(&a, 0, sizeof(a));
+  a.struct_size = PJRT_LoadedExecutable_Execute_Args_STRUCT_SIZE;
+  a.executable = exe;
+  a.options = (PJRT_ExecuteOptions*)options;
+  a.argument_lists = arg_lists;
+  a.num_devices = num_devices;
+  a.num_args = num_args;
+  a.output_lists = output_lists;
+  a.device_complete_events = events;
+  if (api->PJRT_LoadedExecutable_Execute(&a) != NULL) return -1;
+  for (size_t d = 0; d < num_devices; ++d) {
+    if (wait) await_event(api, events[d]);
+    destroy_event(api, events[d]);
+  }
+  return 0;
+}
+
+/* The floor of execute_sharded_async with the promises dropped: a raw loop
+ * of one multi-device Execute with completion events (destroyed at once),
+ * then every output destroyed; the last call's events are waited for. Mean
+ * ns per call, or -1 on a PJRT error. */
+double c_sharded_loop_event(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJRT_Buffer** args,
+                            size_t num_devices, size_t num_args, size_t num_outputs,
+                            long iterations) {
+  size_t outs = num_devices * (num_outputs ? num_outputs : 1);
+  PJRT_Buffer** outputs = (PJRT_Buffer**)calloc(outs, sizeof(void*));
+  PJRT_Buffer* const** arg_lists = (PJRT_Buffer* const**)calloc(num_devices, sizeof(void*));
+  PJRT_Buffer*** output_lists = (PJRT_Buffer***)calloc(num_devices, sizeof(void*));
+  PJRT_Event** events = (PJRT_Event**)calloc(num_devices, sizeof(void*));
+  PJRT_ExecuteOptions options;
+  memset(&options, 0, sizeof(options));
+  options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  double result = -1.0;
+  double start = now_ns();
+  for (long i = 0; i < iterations; ++i) {
+    if (execute_rows(api, exe, args, num_devices, num_args, outputs, num_outputs, arg_lists,
+                     output_lists, events, &options, i == iterations - 1) < 0)
+      goto done;
+    for (size_t o = 0; o < num_devices * num_outputs; ++o) destroy_buffer(api, outputs[o]);
+  }
+  result = (now_ns() - start) / (double)iterations;
+done:
+  free(outputs);
+  free((void*)arg_lists);
+  free(output_lists);
+  free(events);
+  return result;
+}
+
+/* The floor of a chain of `stages` one-device executions of a two-argument,
+ * one-output program, each stage's output the next one's first argument
+ * (`x`, then the output; `y` every time), each asking for its completion
+ * event: pjrt_py's exe.execute_async(exe.execute_async(x, y), y) ... with
+ * the result dropped. A stage's input is destroyed once the next stage is
+ * dispatched, as pjrt_py drops an intermediate promise. */
+double c_chain_loop_event(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJRT_Buffer* x,
+                          PJRT_Buffer* y, long stages, long iterations) {
+  PJRT_ExecuteOptions options;
+  memset(&options, 0, sizeof(options));
+  options.struct_size = PJRT_ExecuteOptions_STRUCT_SIZE;
+  PJRT_Buffer* const* arg_lists[1];
+  PJRT_Buffer** output_lists[1];
+  PJRT_Event* events[1];
+  double start = now_ns();
+  for (long i = 0; i < iterations; ++i) {
+    PJRT_Buffer* held = NULL; /* the previous stage's output */
+    for (long s = 0; s < stages; ++s) {
+      PJRT_Buffer* args[2] = {held ? held : x, y};
+      PJRT_Buffer* out = NULL;
+      if (execute_rows(api, exe, args, 1, 2, &out, 1, arg_lists, output_lists, events, &options,
+                       i == iterations - 1 && s == stages - 1) < 0)
+        return -1.0;
+      if (held != NULL) destroy_buffer(api, held);
+      held = out;
+    }
+    if (held != NULL) destroy_buffer(api, held);
+  }
+  return (now_ns() - start) / (double)iterations;
 }

@@ -22,6 +22,7 @@ ORDER = (
     "callbacks",
     "pipeline",
     "scaling",
+    "sharded",
     "memory",
     "compile_cache",
     "isolated_compile",

@@ -102,7 +102,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "ratio_to_c": {"buffer_async": h2d_ratio, "to_numpy": d2h_ratio},
         "targets": [
             target("buffer_async f32[8] / C floor", h2d_ratio, 1.5),
-            target("to_numpy f32[8] / C floor", d2h_ratio, 4.0),
+            target("to_numpy f32[8] / C floor", d2h_ratio, 1.5),
         ],
         "table": table,
         "machine": machine(),

@@ -68,6 +68,15 @@ static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffe
   return b;
 }
 
+/* Records what the maker of b knows of it (NULL, or a zero field: nothing;
+ * what b already knows stays). */
+static void buffer_set_origin(BufferObject* b, const buffer_origin* origin) {
+  if (origin == NULL) return;
+  if (origin->device != NULL) b->device = origin->device;
+  if (origin->memory != NULL) b->memory = origin->memory;
+  if (origin->row_major != 0) b->row_major = origin->row_major;
+}
+
 /* Destroys the PJRT handle and drops the client reference, once. */
 static void buffer_free_handle(BufferObject* b) {
   PJRT_Buffer* buf = b->buf;
@@ -310,11 +319,15 @@ static void* buffer_target_address(BufferObject* b, PyObject* target) {
   return pointer;
 }
 
-/* A BufferPromise of a new copy of b (a PJRT handle the plugin just made on
- * `device`, or NULL: the plugin is asked). */
-static PyObject* buffer_copy_promise(BufferObject* b, PJRT_Buffer* copied, PJRT_Device* device) {
+/* A BufferPromise of a new copy of b (a PJRT handle the plugin just made),
+ * knowing `origin` of it (where it went: its layout is the plugin's choice).
+ * Its bytes count on origin's device (none given: the plugin is asked). */
+static PyObject* buffer_copy_promise(BufferObject* b, PJRT_Buffer* copied,
+                                     const buffer_origin* origin) {
+  PJRT_Device* device = origin != NULL ? origin->device : NULL;
   BufferObject* copy = buffer_wrap(b->client, b->c, copied, b->meta, device);
   if (copy == NULL) return NULL;
+  buffer_set_origin(copy, origin);
   PyObject* promise = promise_of_one(copy);
   Py_DECREF(copy);
   return promise;

@@ -26,12 +26,23 @@ typedef struct {
   unsigned char row_major;    /* 0 unknown, 1 row-major (or the plugin cannot say), 2 not */
 } BufferObject;
 
+/* What pjrt_py knows of a buffer it made itself (an execution's output, a
+ * transfer), set at creation so that no later call asks the plugin: where it
+ * lives and how it is laid out. A zero field is unknown, and asked of the
+ * plugin on first use, as for any other buffer. */
+typedef struct {
+  PJRT_Device* device;
+  PJRT_Memory* memory;
+  unsigned char row_major; /* as BufferObject.row_major */
+} buffer_origin;
+
 /* buffer.c */
 static PyTypeObject* BufferType;
 static BufferObject* buffer_wrap(PyObject* client, pjrt_py_client* c, PJRT_Buffer* buf,
                                  PyObject* meta, PJRT_Device* device);
 static BufferObject* buffer_wrap_uncounted(PyObject* client, pjrt_py_client* c, PJRT_Buffer* buf,
                                            PyObject* meta);
+static void buffer_set_origin(BufferObject* b, const buffer_origin* origin);
 static PyObject* buffer_meta(BufferObject* b);
 static int buffer_pin(BufferObject* b);
 static void buffer_unpin(BufferObject* b);

@@ -113,7 +113,8 @@ static PyObject* buffer_copy_to_device_async(BufferObject* b, PyObject* device) 
   args.dst_device = dst;
   PJRT_Error* error = b->c->api->PJRT_Buffer_CopyToDevice(&args);
   if (error != NULL) return raise_pjrt(b->c->api, error);
-  return buffer_copy_promise(b, args.dst_buffer, dst);
+  buffer_origin origin = {dst, NULL, 0};
+  return buffer_copy_promise(b, args.dst_buffer, &origin);
 }
 
 static PyObject* buffer_copy_to_device(BufferObject* b, PyObject* device) {
@@ -229,7 +230,38 @@ static PyObject* buffer_repr(BufferObject* b) {
   return text;
 }
 
+/* _origin: (device address, memory address, row_major) as known now, without
+ * asking the plugin: None or 0 where not known yet (tests). */
+static PyObject* buffer_get_origin(BufferObject* b, void* unused) {
+  (void)unused;
+  PyObject* device = b->device ? PyLong_FromVoidPtr(b->device) : (Py_INCREF(Py_None), Py_None);
+  PyObject* memory = b->memory ? PyLong_FromVoidPtr(b->memory) : (Py_INCREF(Py_None), Py_None);
+  PyObject* result = device && memory ? Py_BuildValue("(OOi)", device, memory, b->row_major) : NULL;
+  Py_XDECREF(device);
+  Py_XDECREF(memory);
+  return result;
+}
+
+/* _plugin_origin(): the same triple, asked of the plugin afresh; what b
+ * knows is left as it was (tests compare the two). */
+static PyObject* buffer_plugin_origin(BufferObject* b, PyObject* unused) {
+  (void)unused;
+  if (buffer_live(b) < 0) return NULL;
+  PyObject* meta = buffer_meta(b);
+  if (meta == NULL) return NULL;
+  buffer_origin known = {b->device, b->memory, b->row_major};
+  buffer_origin none = {NULL, NULL, 0};
+  buffer_set_origin(b, &none);
+  PJRT_Error* error = buffer_ask_device(b);
+  buffer_memory(b);
+  buffer_row_major_state(b, (size_t)PyTuple_Size(PyTuple_GetItem(meta, 0)));
+  PyObject* said = error == NULL ? buffer_get_origin(b, NULL) : raise_pjrt(b->c->api, error);
+  buffer_set_origin(b, &known);
+  return said;
+}
+
 static PyMethodDef buffer_methods[] = {
+    {"_plugin_origin", (PyCFunction)buffer_plugin_origin, METH_NOARGS, NULL},
     {"delete", (PyCFunction)buffer_delete, METH_NOARGS,
      "delete($self, /)\n--\n\n"
      "Free the device memory once pending work is done.\n\n"
@@ -330,6 +362,7 @@ static PyGetSetDef buffer_getset[] = {
     {"_exports", (getter)buffer_get_exports, NULL, NULL, NULL},
     {"_host_aliased", (getter)buffer_get_host_aliased, NULL, NULL, NULL},
     {"_handle", (getter)buffer_get_handle, NULL, NULL, NULL},
+    {"_origin", (getter)buffer_get_origin, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -67,11 +67,39 @@ static PyObject* client_core_attach(ClientCoreObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
-static PyObject* client_core_set_default_device(ClientCoreObject* self, PyObject* address) {
+/* _set_devices(places): ((device, memory or None), ...), the addressable
+ * devices with their default memories; the first device is where
+ * buffer_async puts data. Once, at creation. */
+static PyObject* client_core_set_devices(ClientCoreObject* self, PyObject* places) {
   pjrt_py_client* c = client_core_open(self);
   if (c == NULL) return NULL;
-  c->default_device = (PJRT_Device*)PyLong_AsVoidPtr(address);
-  if (PyErr_Occurred()) return NULL;
+  if (!PyTuple_Check(places) || PyTuple_Size(places) < 1 || c->num_places != 0) {
+    PyErr_SetString(PyExc_ValueError, "_set_devices: a tuple of (device, memory), once");
+    return NULL;
+  }
+  size_t n = (size_t)PyTuple_Size(places);
+  PJRT_Device** devices = (PJRT_Device**)calloc(n, sizeof(PJRT_Device*));
+  PJRT_Memory** memories = (PJRT_Memory**)calloc(n, sizeof(PJRT_Memory*));
+  if (devices == NULL || memories == NULL) {
+    free(devices);
+    free(memories);
+    return PyErr_NoMemory();
+  }
+  for (size_t i = 0; i < n && !PyErr_Occurred(); ++i) {
+    PyObject *device, *memory;
+    if (!PyArg_ParseTuple(PyTuple_GetItem(places, (Py_ssize_t)i), "OO", &device, &memory)) break;
+    devices[i] = (PJRT_Device*)PyLong_AsVoidPtr(device);
+    if (memory != Py_None) memories[i] = (PJRT_Memory*)PyLong_AsVoidPtr(memory);
+  }
+  if (PyErr_Occurred()) {
+    free(devices);
+    free(memories);
+    return NULL;
+  }
+  c->place_devices = devices;
+  c->place_memories = memories;
+  c->num_places = n;
+  c->default_device = devices[0];
   Py_RETURN_NONE;
 }
 
@@ -288,7 +316,7 @@ static PyMethodDef client_core_methods[] = {
      "buffer alias value instead: the array is kept alive with the buffer, and writing\n"
      "to it changes the buffer's contents -- the caller must not."},
     {"_attach", (PyCFunction)client_core_attach, METH_VARARGS, NULL},
-    {"_set_default_device", (PyCFunction)client_core_set_default_device, METH_O, NULL},
+    {"_set_devices", (PyCFunction)client_core_set_devices, METH_O, NULL},
     {"_close", (PyCFunction)client_core_close, METH_NOARGS, NULL},
     {"_pin", (PyCFunction)client_core_pin, METH_NOARGS, NULL},
     {"_unpin", (PyCFunction)client_core_unpin, METH_O, NULL},

@@ -22,6 +22,12 @@ struct pjrt_py_client {
   int zombie;          /* no owner left but executions still run: the reaper ends it */
   unsigned long generation; /* the process generation it was made in (fork) */
   PJRT_Device* default_device;
+  /* Each addressable device and its default memory (NULL where the plugin
+   * has none), num_places of each, malloc'd (client.c: _set_devices): where
+   * a transfer that names no memory lands, known without asking. */
+  PJRT_Device** place_devices;
+  PJRT_Memory** place_memories;
+  size_t num_places;
   void* kv;           /* the key-value store's holder (kv_store.c), or NULL */
   struct staging_ring* staging; /* staged transfers' ring (staging_ring.c), or NULL */
   pthread_mutex_t mu; /* guards the epochs */
@@ -45,6 +51,7 @@ static void client_unref(pjrt_py_client* c);
 static int client_enter(pjrt_py_client* c, const char* what);
 static void client_enter_checked(pjrt_py_client* c);
 static void client_leave(pjrt_py_client* c);
+static PJRT_Memory* client_default_memory(const pjrt_py_client* c, PJRT_Device* device);
 
 /* client.c */
 static PyTypeObject* ClientCoreType;

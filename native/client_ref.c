@@ -62,7 +62,16 @@ static void client_free(pjrt_py_client* c) {
   }
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
+  free(c->place_devices);
+  free(c->place_memories);
   free(c);
+}
+
+/* The default memory of one of c's devices, or NULL if not known. */
+static PJRT_Memory* client_default_memory(const pjrt_py_client* c, PJRT_Device* device) {
+  for (size_t i = 0; i < c->num_places; ++i)
+    if (c->place_devices[i] == device) return c->place_memories[i];
+  return NULL;
 }
 
 static void client_ref(pjrt_py_client* c) { c->refs++; }

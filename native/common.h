@@ -81,7 +81,7 @@ static int wait_event(const PJRT_Api* api, PJRT_Event* event, double timeout);
 static void release_on_ready(const PJRT_Api* api, PJRT_Event* event, PyObject* keep);
 
 /* completion.c */
-static void completion_track(pjrt_py_client* c, PJRT_Event* event);
+static void completion_track(pjrt_py_client* c, PJRT_Event* const* events, size_t n);
 static long completion_running(pjrt_py_client* c);
 static void transfer_track(pjrt_py_client* c, PJRT_Event* event);
 static long transfers_in_flight(pjrt_py_client* c);

@@ -16,9 +16,13 @@
 #include <errno.h>
 #include <stdlib.h>
 
+/* One execution being counted: over several devices, one record for all
+ * their events, so that the epoch's lock is taken once at the start and
+ * once at the end, not once per device each way. */
 typedef struct {
   pjrt_py_client* c;
   pjrt_py_epoch* epoch;
+  long pending; /* events not fired yet, plus one while they are registered (atomic) */
 } running_record;
 
 static void reaper_poke(pjrt_py_client* c); /* state.c */
@@ -59,29 +63,44 @@ static void completion_done(running_record* r) {
   if (left == 0) reaper_poke(c);
 }
 
+/* One of an execution's events fired; the last one ends its count. */
+static void completion_release(running_record* r) {
+  if (__atomic_sub_fetch(&r->pending, 1, __ATOMIC_ACQ_REL) == 0) completion_done(r);
+}
+
 static void completion_fired(PJRT_Error* error, void* user_arg) {
   running_record* r = (running_record*)user_arg;
   error_destroy(r->c->api, error); /* the outcome belongs to the execution's outputs */
-  completion_done(r);
+  completion_release(r);
 }
 
-/* Counts one execution until `event` is ready. Does not take the event (the
- * caller destroys it when it likes; PJRT keeps the callback registered).
- * Needs no GIL. */
-static void completion_track(pjrt_py_client* c, PJRT_Event* event) {
-  if (event_is_ready(c->api, event)) return;
+/* Counts one execution until its `n` completion events (one per device;
+ * NULL ones skipped) are all ready. Does not take the events (the caller
+ * destroys them when it likes; PJRT keeps the callbacks registered). Events
+ * already ready (the CPU plugin runs cheap programs inline) cost one check
+ * each and no count. Needs no GIL. */
+static void completion_track(pjrt_py_client* c, PJRT_Event* const* events, size_t n) {
+  size_t first = 0;
+  while (first < n && (events[first] == NULL || event_is_ready(c->api, events[first]))) first++;
+  if (first == n) return;
   running_record* r = (running_record*)malloc(sizeof(*r));
   if (r == NULL) return; /* the barrier cannot see this one; nothing worse */
   r->c = c;
+  r->pending = 1; /* held until every callback is registered */
   pthread_mutex_lock(&c->mu);
   r->epoch = c->newest;
   r->epoch->running++;
   pthread_mutex_unlock(&c->mu);
-  PJRT_Error* error = event_on_ready(c->api, event, completion_fired, r);
-  if (error != NULL) { /* no callback will come */
-    error_destroy(c->api, error);
-    completion_done(r);
+  for (size_t d = first; d < n; ++d) {
+    if (events[d] == NULL) continue;
+    __atomic_add_fetch(&r->pending, 1, __ATOMIC_ACQ_REL);
+    PJRT_Error* error = event_on_ready(c->api, events[d], completion_fired, r);
+    if (error != NULL) { /* no callback will come for this one */
+      error_destroy(c->api, error);
+      completion_release(r);
+    }
   }
+  completion_release(r);
 }
 
 /* ---- copies in flight ------------------------------------------------------ */

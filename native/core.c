@@ -37,7 +37,9 @@
 #include "host_callback.c"
 #include "host_callback_gpu.c"
 #include "kv_store.c"
+#include "outputs.c"
 #include "dispatch.c"
+#include "sharded.c"
 #include "executable.c"
 #include "client.c"
 #include "stderr_replay.c"
@@ -185,7 +187,8 @@ PyMODINIT_FUNC PyInit__core(void) {
   PyObject* module = PyModule_Create(&core_module);
   if (module == NULL) return NULL;
   g_metas = PyDict_New();
-  if (g_metas == NULL || errors_init() < 0) goto fail;
+  g_non_donatable = PyUnicode_InternFromString("non_donatable");
+  if (g_metas == NULL || g_non_donatable == NULL || errors_init() < 0) goto fail;
   if (!(BufferType = make_type(module, &buffer_spec, NULL, "Buffer"))) goto fail;
   if (!(PromiseType = make_type(module, &promise_spec, NULL, "Promise"))) goto fail;
   if (!(BufferPromiseType =

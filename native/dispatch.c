@@ -1,8 +1,44 @@
 /* Dispatch: one PJRT execution over rows of pinned Buffers, from the
- * arguments to the promises. Both ways into it are ExecutableCore methods
- * (executable.c): the fast path, and _run for what Python checked.
+ * arguments to the promises. The ways into it are ExecutableCore methods:
+ * the fast paths of execute_async (executable.c) and execute_sharded(_async)
+ * (sharded.c), which share fast_argument's check, and _run for what Python
+ * checked. Outputs are made knowing where they live and how they are laid
+ * out (outputs.c).
  */
 #include "executable.h"
+
+/* Pointers kept on the stack per call: a call over up to 16 devices with up
+ * to 64 arguments and 64 outputs in all allocates nothing for them. */
+#define PJRT_PY_STACK_ROWS 16
+#define PJRT_PY_STACK_SLOTS 64
+
+/* The promise of device d's outputs (`outs`, n_out of them, taken). Outputs
+ * are made knowing `known` (n_out origins, or NULL); with `eager`, as Buffers
+ * now, else a single output is made into a Buffer when first asked for. */
+static PyObject* promise_of_row(ExecutableCoreObject* self, pjrt_py_client* c, PJRT_Buffer** outs,
+                                size_t n_out, const buffer_origin* known, bool eager) {
+  if (n_out == 1 && !eager) {
+    PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, 0) : NULL;
+    PyObject* promise = promise_of_output(self->client, c, outs[0], meta, known);
+    outs[0] = NULL;
+    return promise;
+  }
+  PyObject* buffers = PyTuple_New((Py_ssize_t)n_out);
+  for (size_t o = 0; buffers != NULL && o < n_out; ++o) {
+    PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, (Py_ssize_t)o) : NULL;
+    BufferObject* b = buffer_wrap(self->client, c, outs[o], meta, known ? known[o].device : NULL);
+    outs[o] = NULL;
+    if (b == NULL) {
+      Py_CLEAR(buffers);
+      break;
+    }
+    buffer_set_origin(b, known ? &known[o] : NULL);
+    PyTuple_SetItem(buffers, (Py_ssize_t)o, (PyObject*)b);
+  }
+  PyObject* promise = buffers ? promise_of_buffers(buffers, (int)n_out) : NULL;
+  Py_XDECREF(buffers);
+  return promise;
+}
 
 /* One PJRT execution over n_dev rows of n_args pinned buffers. Writes n_dev
  * new promises to `promises`; returns -1 with an exception (and no promise)
@@ -12,13 +48,14 @@ static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, Buffer
                         PyObject** promises) {
   pjrt_py_client* c = loaded->c;
   size_t n_out = (size_t)self->num_outputs;
-  PJRT_Buffer* arg_stack[PJRT_PY_STACK_ARGS];
-  PJRT_Buffer* out_stack[PJRT_PY_STACK_ARGS];
-  PJRT_Buffer* const* arg_lists_stack[4];
-  PJRT_Buffer** out_lists_stack[4];
-  PJRT_Event* events_stack[4];
+  PJRT_Buffer* arg_stack[PJRT_PY_STACK_SLOTS];
+  PJRT_Buffer* out_stack[PJRT_PY_STACK_SLOTS];
+  PJRT_Buffer* const* arg_lists_stack[PJRT_PY_STACK_ROWS];
+  PJRT_Buffer** out_lists_stack[PJRT_PY_STACK_ROWS];
+  PJRT_Event* events_stack[PJRT_PY_STACK_ROWS];
   size_t total_args = n_dev * n_args, total_outs = n_dev * n_out;
-  bool small = total_args <= PJRT_PY_STACK_ARGS && total_outs <= PJRT_PY_STACK_ARGS && n_dev <= 4;
+  bool small = total_args <= PJRT_PY_STACK_SLOTS && total_outs <= PJRT_PY_STACK_SLOTS &&
+               n_dev <= PJRT_PY_STACK_ROWS;
   PJRT_Buffer** ptrs = small ? arg_stack : PyMem_Calloc(total_args + 1, sizeof(PJRT_Buffer*));
   PJRT_Buffer** outs = small ? out_stack : PyMem_Calloc(total_outs + 1, sizeof(PJRT_Buffer*));
   PJRT_Buffer* const** arg_lists = small ? arg_lists_stack : PyMem_Calloc(n_dev, sizeof(void*));
@@ -52,9 +89,7 @@ static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, Buffer
   PJRT_Error* error;
   Py_BEGIN_ALLOW_THREADS
   error = c->api->PJRT_LoadedExecutable_Execute(&run);
-  if (error == NULL)
-    for (size_t d = 0; d < n_dev; ++d)
-      if (events[d] != NULL) completion_track(c, events[d]);
+  if (error == NULL) completion_track(c, events, n_dev);
   Py_END_ALLOW_THREADS
   if (error != NULL) {
     /* The plugin ran the program as it dispatched it (XLA's CPU client runs
@@ -75,35 +110,25 @@ static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, Buffer
   }
   /* Donated arguments stop counting before the outputs count (accounting.c). */
   if (self->blocked) acct_donated(c->api, args, total_args);
+  /* The first execution's outputs are made as Buffers at once, and what
+   * they are learned from them (outputs.c); later ones are made knowing it. */
+  const buffer_origin* known = outputs_known(loaded, n_dev, n_out);
+  bool learn = known == NULL && n_out > 0 && self->out_metas != NULL;
   result = 0;
   for (size_t d = 0; d < n_dev; ++d) {
     PyObject* promise = NULL;
     if (result == 0 && n_out == 0) {
       promise = promise_of_completion(c, events[d]);
       events[d] = NULL;
-    } else if (result == 0 && n_out == 1) { /* the Buffer is made when asked for */
-      PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, 0) : NULL;
-      promise = promise_of_output(self->client, c, outs[d], meta, self->device);
-      outs[d] = NULL;
     } else if (result == 0) {
-      PyObject* buffers = PyTuple_New((Py_ssize_t)n_out);
-      for (size_t o = 0; buffers != NULL && o < n_out; ++o) {
-        PyObject* meta = self->out_metas ? PyTuple_GetItem(self->out_metas, (Py_ssize_t)o) : NULL;
-        BufferObject* b = buffer_wrap(self->client, c, outs[d * n_out + o], meta, self->device);
-        outs[d * n_out + o] = NULL;
-        if (b == NULL) {
-          Py_CLEAR(buffers);
-          break;
-        }
-        PyTuple_SetItem(buffers, (Py_ssize_t)o, (PyObject*)b);
-      }
-      promise = buffers ? promise_of_buffers(buffers, (int)n_out) : NULL;
-      Py_XDECREF(buffers);
+      promise = promise_of_row(self, c, outs + d * n_out, n_out, known ? known + d * n_out : NULL,
+                               learn);
     }
     event_destroy(c->api, events[d]);
     promises[d] = promise;
     if (promise == NULL) result = -1;
   }
+  if (result == 0 && learn) outputs_learn(loaded, (PromiseObject**)promises, n_dev, n_out);
   if (result < 0) { /* drop what was made; free outputs not wrapped yet */
     for (size_t d = 0; d < n_dev; ++d) Py_CLEAR(promises[d]);
     for (size_t i = 0; i < total_outs; ++i) {
@@ -120,6 +145,48 @@ done:
     PyMem_Free(events);
   }
   return result;
+}
+
+/* The argument as a Buffer this call may use as is, or NULL (borrowed).
+ * `device`: the program's one device, `memory` the memory it reads its
+ * parameters from, or NULL (a buffer elsewhere goes to Python, which says so
+ * before anything runs). The memory, where known, is compared instead of the
+ * device: it belongs to that one device, and both are one cached pointer. */
+static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* expect,
+                                   PJRT_Device* device, PJRT_Memory* memory) {
+  BufferObject* b;
+  if (Py_TYPE(arg) == BufferType) {
+    b = (BufferObject*)arg;
+  } else if (Py_TYPE(arg) == BufferPromiseType && ((PromiseObject*)arg)->kind == PROMISE_BUFFERS &&
+             promise_visible((PromiseObject*)arg) == 1) {
+    /* Made into a Buffer first: a pin belongs to a Buffer, and another thread
+     * could otherwise make (and delete) one while this call uses the handle. */
+    b = promise_at((PromiseObject*)arg, 0);
+    if (b == NULL) {
+      PyErr_Clear();
+      return NULL;
+    }
+  } else {
+    return NULL;
+  }
+  if (b->c != c || b->state != BUF_LIVE || b->buf == NULL) return NULL;
+  if (memory != NULL) {
+    if (buffer_memory(b) != memory) return NULL;
+  } else if (device != NULL && buffer_device(b) != device) {
+    return NULL;
+  }
+  if (b->meta != expect &&
+      (b->meta == NULL || PyObject_RichCompareBool(b->meta, expect, Py_EQ) != 1)) {
+    PyErr_Clear();
+    return NULL;
+  }
+  /* On CPU a program reads its parameters row-major (a program that asks for
+   * other layouts is blocked): a buffer in another layout, such as a program's
+   * column-major output, would be read wrong, so Python relays it out. */
+  if (c->cpu && b->row_major != 1 &&
+      buffer_row_major_state(b, (size_t)PyTuple_Size(PyTuple_GetItem(expect, 0))) != 1)
+    return NULL;
+  return b;
 }
 
 /* Pins `args`, holds the executable and client for the call, runs; see

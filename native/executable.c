@@ -6,7 +6,7 @@
  * whose interned (shape, dtype) is the one compiled for, a small numpy array
  * of exactly that shape and dtype (copied here, foreign.c), or on CPU another
  * framework's array viewed in place (foreign.c); no keywords, a one-device
- * program that donates nothing. Anything else goes to the Python method
+ * program that donates nothing (several devices: sharded.c). Anything else goes to the Python method
  * _execute_async_slow, which checks, transfers and explains.
  *
  * During the call the arguments are pinned and the Loaded object held, so a
@@ -17,54 +17,12 @@
 
 /* ---- ExecutableCore -------------------------------------------------------------- */
 
-/* The argument as a Buffer this call may use as is, or NULL (borrowed).
- * `device`: the program's one device, `memory` the memory it reads its
- * parameters from, or NULL (a buffer elsewhere goes to Python, which says so
- * before anything runs). The memory, where known, is compared instead of the
- * device: it belongs to that one device, and both are one cached pointer. */
-static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* expect,
-                                   PJRT_Device* device, PJRT_Memory* memory) {
-  BufferObject* b;
-  if (Py_TYPE(arg) == BufferType) {
-    b = (BufferObject*)arg;
-  } else if (Py_TYPE(arg) == BufferPromiseType && ((PromiseObject*)arg)->kind == PROMISE_BUFFERS &&
-             promise_visible((PromiseObject*)arg) == 1) {
-    /* Made into a Buffer first: a pin belongs to a Buffer, and another thread
-     * could otherwise make (and delete) one while this call uses the handle. */
-    b = promise_at((PromiseObject*)arg, 0);
-    if (b == NULL) {
-      PyErr_Clear();
-      return NULL;
-    }
-  } else {
-    return NULL;
-  }
-  if (b->c != c || b->state != BUF_LIVE || b->buf == NULL) return NULL;
-  if (memory != NULL) {
-    if (buffer_memory(b) != memory) return NULL;
-  } else if (device != NULL && buffer_device(b) != device) {
-    return NULL;
-  }
-  if (b->meta != expect &&
-      (b->meta == NULL || PyObject_RichCompareBool(b->meta, expect, Py_EQ) != 1)) {
-    PyErr_Clear();
-    return NULL;
-  }
-  /* On CPU a program reads its parameters row-major (a program that asks for
-   * other layouts is blocked): a buffer in another layout, such as a program's
-   * column-major output, would be read wrong, so Python relays it out. */
-  if (c->cpu && b->row_major != 1 &&
-      buffer_row_major_state(b, (size_t)PyTuple_Size(PyTuple_GetItem(expect, 0))) != 1)
-    return NULL;
-  return b;
-}
-
 static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* const* args,
                                           Py_ssize_t nargs, PyObject* kwnames) {
   LoadedObject* loaded = self->loaded;
   PyObject* expect = self->expect;
   if (kwnames != NULL || self->blocked || loaded == NULL || expect == NULL ||
-      nargs != PyTuple_Size(expect) || nargs > PJRT_PY_STACK_ARGS ||
+      self->num_devices != 1 || nargs != PyTuple_Size(expect) || nargs > PJRT_PY_STACK_ARGS ||
       state_check_usable(loaded->c, "executable") < 0) {
     PyErr_Clear();
     return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
@@ -166,25 +124,73 @@ done:
   return result;
 }
 
-/* _attach(loaded, client, expect, out_metas, num_outputs, num_devices, blocked,
- *         device=None, memory=None): device, the address of a one-device
- * program's device; memory, that of the memory its parameters are read from. */
-static PyObject* executable_attach(ExecutableCoreObject* self, PyObject* args) {
-  PyObject *loaded, *client, *expect, *out_metas, *device = Py_None, *memory = Py_None;
-  Py_ssize_t num_outputs;
-  int num_devices, blocked;
-  if (!PyArg_ParseTuple(args, "O!OOOnip|OO:_attach", LoadedType, &loaded, &client, &expect,
-                        &out_metas, &num_outputs, &num_devices, &blocked, &device, &memory))
+/* The addresses in `addresses` (a tuple of ints, or None where `nullable`)
+ * into a new PyMem array of n pointers; NULL with an exception. */
+static void** address_array(PyObject* addresses, Py_ssize_t n, bool nullable) {
+  if (!PyTuple_Check(addresses) || PyTuple_Size(addresses) != n) {
+    PyErr_SetString(PyExc_TypeError, "_attach: one address per device");
     return NULL;
-  self->device = device == Py_None ? NULL : (PJRT_Device*)PyLong_AsVoidPtr(device);
-  if (PyErr_Occurred()) return NULL;
-  self->memory = memory == Py_None ? NULL : (PJRT_Memory*)PyLong_AsVoidPtr(memory);
-  if (PyErr_Occurred()) return NULL;
+  }
+  void** out = PyMem_Calloc((size_t)n + 1, sizeof(void*));
+  if (out == NULL) return (void**)PyErr_NoMemory();
+  for (Py_ssize_t d = 0; d < n; ++d) {
+    PyObject* address = PyTuple_GetItem(addresses, d);
+    if (nullable && address == Py_None) continue;
+    out[d] = PyLong_AsVoidPtr(address);
+    if (out[d] == NULL) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "_attach: NULL address");
+      PyMem_Free(out);
+      return NULL;
+    }
+  }
+  return out;
+}
+
+/* _attach(loaded, client, expect, out_metas, num_outputs, blocked, devices,
+ *         memories): devices, the addresses of the program's devices in
+ * execution order; memories, for each, that of the memory its parameters are
+ * read from there, or None (then the device is compared instead). */
+static PyObject* executable_attach(ExecutableCoreObject* self, PyObject* args) {
+  PyObject *loaded, *client, *expect, *out_metas, *devices, *memories;
+  Py_ssize_t num_outputs;
+  int blocked;
+  if (!PyArg_ParseTuple(args, "O!OOOnpO!O!:_attach", LoadedType, &loaded, &client, &expect,
+                        &out_metas, &num_outputs, &blocked, &PyTuple_Type, &devices,
+                        &PyTuple_Type, &memories))
+    return NULL;
   if ((expect != Py_None && !PyTuple_Check(expect)) ||
       (out_metas != Py_None && !PyTuple_Check(out_metas))) {
     PyErr_SetString(PyExc_TypeError, "_attach: expect and out_metas are tuples or None");
     return NULL;
   }
+  /* No device: a program none of whose devices this process addresses
+   * (another process's share of a job); every call then goes to Python. */
+  Py_ssize_t n_dev = PyTuple_Size(devices);
+  if (n_dev > INT_MAX) {
+    PyErr_SetString(PyExc_ValueError, "_attach: too many devices");
+    return NULL;
+  }
+  PJRT_Device** devs = NULL;
+  PJRT_Memory** mems = NULL;
+  if (n_dev > 0) {
+    devs = (PJRT_Device**)address_array(devices, n_dev, false);
+    if (devs == NULL) return NULL;
+    mems = (PJRT_Memory**)address_array(memories, n_dev, true);
+    if (mems == NULL) {
+      PyMem_Free(devs);
+      return NULL;
+    }
+  } else if (PyTuple_Size(memories) != 0) {
+    PyErr_SetString(PyExc_TypeError, "_attach: one address per device");
+    return NULL;
+  }
+  PyMem_Free(self->devices);
+  PyMem_Free(self->memories);
+  self->devices = devs;
+  self->memories = mems;
+  self->num_devices = (int)n_dev;
+  self->device = n_dev == 1 ? devs[0] : NULL;
+  self->memory = n_dev == 1 ? mems[0] : NULL;
   Py_INCREF(loaded);
   PJRT_PY_SETREF(self->loaded, (LoadedObject*)loaded);
   Py_INCREF(client);
@@ -192,7 +198,6 @@ static PyObject* executable_attach(ExecutableCoreObject* self, PyObject* args) {
   PJRT_PY_SETREF(self->expect, expect == Py_None ? NULL : (Py_INCREF(expect), expect));
   PJRT_PY_SETREF(self->out_metas, out_metas == Py_None ? NULL : (Py_INCREF(out_metas), out_metas));
   self->num_outputs = num_outputs;
-  self->num_devices = num_devices;
   self->blocked = blocked;
   Py_RETURN_NONE;
 }
@@ -240,6 +245,8 @@ static void executable_dealloc(ExecutableCoreObject* self) {
   Py_CLEAR(self->client);
   Py_CLEAR(self->expect);
   Py_CLEAR(self->out_metas);
+  PyMem_Free(self->devices);
+  PyMem_Free(self->memories);
   PyTypeObject* type = Py_TYPE(self);
   PyObject_GC_Del(self);
   Py_DECREF(type);
@@ -268,6 +275,50 @@ static PyMethodDef executable_methods[] = {
      "(transferred first). ordered=True runs it after every earlier ordered execution\n"
      "of this thread has completed, on any device, without waiting on the host (see\n"
      "docs/effects.md). non_donatable lists parameters this call must not donate."},
+    {"execute_sharded_async",
+     (PyCFunction)(void (*)(void))executable_execute_sharded_async, METH_FASTCALL | METH_KEYWORDS,
+     "execute_sharded_async($self, per_device_args, *, non_donatable=None)\n--\n\n"
+     "Run a replicated or partitioned program on all its devices at once.\n\n"
+     "per_device_args[d] holds the arguments for self.devices[d] (the executable's\n"
+     "device order: replicas x partitions of its device assignment). Returns one\n"
+     "promise per device, of that device's outputs, at once. A call whose arguments\n"
+     "are all Buffers (or promises of one) already on their row's device runs from\n"
+     "call to promises in C; any other is checked and transferred first.\n\n"
+     "Parameters\n----------\n"
+     "per_device_args : sequence of sequences\n"
+     "    One argument list per device, len(self.devices) of them. Each holds\n"
+     "    Buffers, promises of one buffer, or numpy arrays / scalars (transferred\n"
+     "    to that device first), checked against input_signature.\n"
+     "non_donatable : iterable of int, optional\n"
+     "    Indices of donated parameters this call must not donate: their buffers\n"
+     "    stay valid.\n\n"
+     "Returns\n-------\nlist of BufferPromise\n"
+     "    One promise per device, in self.devices order, returned at once.\n\n"
+     "Raises\n------\nTypeError\n"
+     "    If per_device_args is not a list of argument lists (a Buffer, promise or\n"
+     "    array given instead, or an entry that is not a list), for a wrong argument\n"
+     "    count, shape, dtype or type (as execute), or if non_donatable is not a\n"
+     "    sequence of indices.\n"
+     "ValueError\n"
+     "    If the number of argument lists is not the number of devices; if an\n"
+     "    argument is a dead buffer, another client's, on another device than its\n"
+     "    list's, or a Python scalar that does not fit its parameter's dtype; if a\n"
+     "    non_donatable entry is not a parameter index; or if the executable has\n"
+     "    been deleted or its client closed."},
+    {"execute_sharded", (PyCFunction)(void (*)(void))executable_execute_sharded,
+     METH_FASTCALL | METH_KEYWORDS,
+     "execute_sharded($self, per_device_args, *, non_donatable=None)\n--\n\n"
+     "execute_sharded_async, waited for: one list of output Buffers per device.\n\n"
+     "Parameters\n----------\n"
+     "per_device_args : sequence of sequences\n"
+     "    One argument list per device, as for execute_sharded_async.\n"
+     "non_donatable : iterable of int, optional\n"
+     "    Indices of donated parameters this call must not donate.\n\n"
+     "Returns\n-------\nlist of list of Buffer\n"
+     "    Each device's outputs, in self.devices order, ready on return.\n\n"
+     "Raises\n------\nTypeError, ValueError\n"
+     "    For arguments execute_sharded_async refuses.\n"
+     "PjrtError\n    If the execution fails on any device."},
     {"_run", (PyCFunction)executable_run, METH_VARARGS, NULL},
     {"_attach", (PyCFunction)executable_attach, METH_VARARGS, NULL},
     {"_detach", (PyCFunction)executable_detach, METH_NOARGS, NULL},

@@ -205,6 +205,9 @@ static BufferObject* host_to_device(PyObject* client, pjrt_py_client* c, PyArray
   if (b == NULL) return NULL; /* buffer_wrap freed the PJRT buffer */
   b->host_aliased = host_aliased != 0;
   b->row_major = 1; /* no device_layout asked for: the default, row-major */
+  /* Known at creation (buffer_origin): no later call asks the plugin. */
+  b->device = device;
+  b->memory = memory != NULL ? memory : client_default_memory(c, device);
   /* An alias's event fires when the buffer is freed: not a copy to wait for. */
   if (!host_aliased) transfer_track(c, args.done_with_host_buffer);
   release_on_ready(c->api, args.done_with_host_buffer, (PyObject*)array);
@@ -334,15 +337,21 @@ static PJRT_Error* buffer_data_address(BufferObject* b, void** data) {
 }
 
 /* The CPU fast path of a device-to-host copy: if b is ready and its memory
- * is dense host memory, copy `size` bytes into dst now, under an external
- * reference (which also makes the plugin refuse to donate b meanwhile), and
- * return 1. Otherwise return 0 and touch nothing. With the GIL; releases it
- * for large copies, with b pinned. */
+ * is dense host memory, copy `size` bytes into dst now and return 1; else 0,
+ * touching nothing. With the GIL; released for large copies, b pinned.
+ * Decision: a small copy under the GIL of a buffer no call of ours uses (no
+ * pin) takes no external reference: a delete(), a dealloc, and an execution
+ * that could donate b (it pins b first) all need the GIL this thread holds,
+ * and the pointer query still checks b is alive. The reference (the plugin
+ * then refuses to donate b) stays for copies without the GIL and pinned
+ * buffers. It was ~800 of a small to_numpy's 3,000 instructions. */
 static int buffer_read_direct(BufferObject* b, void* dst, size_t size, size_t ndim) {
   if (!b->c->cpu || !buffer_ready_ok(b)) return 0;
   if (buffer_dense_state(b, size, ndim) != 1) return 0;
   const PJRT_Api* api = b->c->api;
-  PJRT_Error* error = buffer_hold_memory(b);
+  bool unlocked = size >= PJRT_PY_GIL_FREE_BYTES;
+  bool hold = unlocked || b->pins != 0;
+  PJRT_Error* error = hold ? buffer_hold_memory(b) : NULL;
   if (error != NULL) {
     error_destroy(api, error);
     return 0;
@@ -354,7 +363,7 @@ static int buffer_read_direct(BufferObject* b, void* dst, size_t size, size_t nd
   /* A large copy runs without the GIL, with b pinned: a delete() from
    * another thread meanwhile leaves the handle for the unpin below, which
    * must come after the external reference is dropped. */
-  bool unlocked = copied && size >= PJRT_PY_GIL_FREE_BYTES;
+  unlocked = unlocked && copied;
   pjrt_py_client* c = b->c;
   if (unlocked) {
     client_enter_checked(c); /* b is live (checked above): c takes work */
@@ -365,7 +374,7 @@ static int buffer_read_direct(BufferObject* b, void* dst, size_t size, size_t nd
   } else if (copied) {
     memcpy(dst, src, size);
   }
-  buffer_release_memory(b);
+  if (hold) buffer_release_memory(b);
   if (unlocked) {
     buffer_unpin(b); /* frees the handle now if another thread deleted b */
     client_leave(c);

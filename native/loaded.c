@@ -56,6 +56,7 @@ static void loaded_dealloc(LoadedObject* self) {
     error_destroy(api, api->PJRT_LoadedExecutable_Destroy(&args));
   }
   if (c != NULL) client_unref(c);
+  PyMem_Free(self->origins);
   PyTypeObject* type = Py_TYPE(self);
   PyObject_Free(self);
   Py_DECREF(type);

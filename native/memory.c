@@ -39,7 +39,8 @@ static PyObject* buffer_copy_to_memory_async(BufferObject* b, PyObject* memory) 
   args.dst_memory = dst;
   PJRT_Error* error = b->c->api->PJRT_Buffer_CopyToMemory(&args);
   if (error != NULL) return raise_pjrt(b->c->api, error);
-  return buffer_copy_promise(b, args.dst_buffer, NULL);
+  buffer_origin origin = {NULL, dst, 0};
+  return buffer_copy_promise(b, args.dst_buffer, &origin);
 }
 
 static PyObject* buffer_copy_to_memory(BufferObject* b, PyObject* memory) {

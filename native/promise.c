@@ -73,6 +73,7 @@ static BufferObject* promise_at(PromiseObject* p, Py_ssize_t i) {
       return NULL;
     }
     acct_move(&b->acct, &p->raw_acct);
+    buffer_set_origin(b, &p->raw_origin);
     b->ready = (unsigned char)p->raw_ready;
     p->one = b;
   }
@@ -115,17 +116,19 @@ static PyObject* promise_of_buffers(PyObject* buffers, int arity) {
 }
 
 /* A promise of one execution output, `raw` (taken, with a new client
- * reference held by the promise), whose Buffer is made on first use. Its
- * bytes count from now on `device` (NULL: the plugin is asked). */
+ * reference held by the promise), whose Buffer is made on first use, knowing
+ * `origin` (NULL: nothing) of it. Its bytes count from now on origin's
+ * device (none known: the plugin is asked). */
 static PyObject* promise_of_output(PyObject* owner, pjrt_py_client* c, PJRT_Buffer* raw,
-                                   PyObject* meta, PJRT_Device* device) {
+                                   PyObject* meta, const buffer_origin* origin) {
   PromiseObject* p = (PromiseObject*)promise_new_blank(BufferPromiseType, PROMISE_BUFFERS, c);
   if (p == NULL) {
     buffer_handle_destroy(c->api, raw);
     return NULL;
   }
   p->raw = raw;
-  acct_handle(&p->raw_acct, c->api, raw, device, meta);
+  if (origin != NULL) p->raw_origin = *origin;
+  acct_handle(&p->raw_acct, c->api, raw, origin != NULL ? origin->device : NULL, meta);
   Py_XINCREF(meta);
   p->raw_meta = meta;
   Py_INCREF(owner);

@@ -20,6 +20,7 @@ typedef struct {
   PyObject* raw_meta;
   PyObject* owner; /* the Python Client, to make that Buffer */
   acct_tag raw_acct; /* the bytes raw counts, handed to its Buffer (accounting.h) */
+  buffer_origin raw_origin; /* what is known of it (device, memory, layout) */
   int raw_ready;
   PyObject* array;     /* the numpy destination (array) */
   pjrt_py_client* c;   /* completion promises hold one reference */
@@ -43,7 +44,7 @@ static PyTypeObject* ArrayPromiseType;
 static PyObject* promise_of_buffers(PyObject* buffers, int arity);
 static PyObject* promise_of_one(BufferObject* buffer);
 static PyObject* promise_of_output(PyObject* owner, pjrt_py_client* c, PJRT_Buffer* raw,
-                                   PyObject* meta, PJRT_Device* device);
+                                   PyObject* meta, const buffer_origin* origin);
 static BufferObject* promise_at(PromiseObject* p, Py_ssize_t i);
 static PyObject* promise_of_array(pjrt_py_client* c, PyObject* array, PyObject* source,
                                   PJRT_Event* event);

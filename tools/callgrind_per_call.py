@@ -10,7 +10,15 @@ start-up, compile and the first calls cancel out.
     python tools/callgrind_per_call.py chain           # a 3-stage execute_async chain
     python tools/callgrind_per_call.py to_numpy        # a small to_numpy
     python tools/callgrind_per_call.py buffer_async    # a small buffer_async, dropped
-    python tools/callgrind_per_call.py sharded --devices 8   # execute_sharded
+    python tools/callgrind_per_call.py sharded --devices 8        # execute_sharded (waits)
+    python tools/callgrind_per_call.py sharded_async --devices 8  # execute_sharded_async
+    python tools/callgrind_per_call.py c_sharded --devices 8      # its C floor
+
+The ``c_*`` cases count the C baselines of the benchmarks (benchmarks/c_*.c,
+built now, called once with ``N`` iterations), so that pjrt_py's count and its
+floor's sit side by side: ``c_dispatch`` (Execute with a completion event),
+``c_chain`` (three of them, chained), ``c_sharded`` (one Execute over every
+device, with completion events), ``c_to_numpy`` (reference, pointer, memcpy).
 
 Needs valgrind. Only the main thread is counted (``--separate-threads=yes``):
 the plugin's worker threads run the program, which is the plugin's cost.
@@ -33,19 +41,30 @@ func.func @main(%x: tensor<8xf32>, %y: tensor<8xf32>) -> tensor<8xf32> {
 }
 """
 
-# Each case: set-up, then the statement timed `n` times. `devices`: the CPU
-# plugin's device count the case asks for.
+# Each case: set-up, then the statement timed `N` times (a C case's statement
+# runs its loop of N itself). `--devices`: the CPU plugin's device count.
+_C_SETUP = (
+    "from benchmarks._common import load_c\n"
+    "ffi, lib, addr = load_c('{source}', {cdef!r})\n"
+    "api = addr(c.plugin.address)\n"
+)
+_C_DISPATCH = (
+    "double c_dispatch_loop_event(void*, void*, void**, size_t, size_t, long);"
+    "double c_chain_loop_event(void*, void*, void*, void*, long, long);"
+    "double c_sharded_loop_event(void*, void*, void**, size_t, size_t, size_t, long);"
+)
+_BUFFERS = (
+    "exe = c.compile(PROGRAM)\n"
+    "x = c.buffer(np.ones(8, np.float32)); y = c.buffer(np.ones(8, np.float32))\n"
+)
+_SHARDED = (
+    "exe = c.compile(PROGRAM, num_replicas=len(c.devices))\n"
+    "xs = [c.buffer(np.ones(8, np.float32), device=d) for d in c.devices]\n"
+    "args = [[x, x] for x in xs]\n"
+)
 CASES = {
-    "dispatch": (
-        "exe = c.compile(PROGRAM)\n"
-        "x = c.buffer(np.ones(8, np.float32)); y = c.buffer(np.ones(8, np.float32))\n",
-        "exe.execute_async(x, y)",
-    ),
-    "chain": (
-        "exe = c.compile(PROGRAM)\n"
-        "x = c.buffer(np.ones(8, np.float32)); y = c.buffer(np.ones(8, np.float32))\n",
-        "exe.execute_async(exe.execute_async(exe.execute_async(x, y), y), y)",
-    ),
+    "dispatch": (_BUFFERS, "exe.execute_async(x, y)"),
+    "chain": (_BUFFERS, "exe.execute_async(exe.execute_async(exe.execute_async(x, y), y), y)"),
     "to_numpy": (
         "x = c.buffer(np.ones(8, np.float32)); x.to_numpy()\n",
         "x.to_numpy()",
@@ -54,24 +73,50 @@ CASES = {
         "x = np.ones(8, np.float32); c.buffer_async(x).value()\n",
         "c.buffer_async(x)",
     ),
-    "sharded": (
-        "exe = c.compile(PROGRAM, devices=c.devices)\n"
-        "xs = [c.buffer(np.ones(8, np.float32), device=d) for d in c.devices]\n"
-        "args = [[x, x] for x in xs]\n",
-        "exe.execute_sharded(args)",
+    "sharded": (_SHARDED, "exe.execute_sharded(args)"),
+    "sharded_async": (_SHARDED, "exe.execute_sharded_async(args)"),
+    "c_dispatch": (
+        _BUFFERS
+        + _C_SETUP.format(source="c_dispatch.c", cdef=_C_DISPATCH)
+        + "ptrs = ffi.new('void*[]', [addr(x._handle), addr(y._handle)])\n"
+        + "e = addr(exe._loaded.address)\n",
+        "lib.c_dispatch_loop_event(api, e, ptrs, 2, 1, N)",
+    ),
+    "c_chain": (
+        _BUFFERS
+        + _C_SETUP.format(source="c_dispatch.c", cdef=_C_DISPATCH)
+        + "e = addr(exe._loaded.address)\n",
+        "lib.c_chain_loop_event(api, e, addr(x._handle), addr(y._handle), 3, N)",
+    ),
+    "c_sharded": (
+        _SHARDED
+        + _C_SETUP.format(source="c_dispatch.c", cdef=_C_DISPATCH)
+        + "ptrs = ffi.new('void*[]', [addr(b._handle) for row in args for b in row])\n"
+        + "e = addr(exe._loaded.address)\n",
+        "lib.c_sharded_loop_event(api, e, ptrs, len(args), 2, 1, N)",
+    ),
+    "c_to_numpy": (
+        "x = c.buffer(np.ones(8, np.float32)); dst = np.empty(8, np.float32)\n"
+        + _C_SETUP.format(
+            source="c_transfer.c", cdef="double c_read_direct(void*, void*, void*, size_t, long);"
+        )
+        + "out = ffi.from_buffer(dst)\n",
+        "lib.c_read_direct(api, addr(x._handle), out, 32, N)",
     ),
 }
 
 SCRIPT = """
 import sys, numpy as np, pjrt_py
+sys.path.insert(0, {root!r})
 PROGRAM = {program!r}
 opts = {{"cpu_device_count": {devices}}} if {devices} else None
 c = pjrt_py.Client(options=opts)
 {setup}
-for _ in range({n}):
-    {stmt}
-c.effects_barrier() if hasattr(c, "effects_barrier") else None
+N = {n}
+{body}
+pjrt_py.effects_barrier()
 """
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def main_thread_total(out_dir: str) -> int:
@@ -89,7 +134,14 @@ def main_thread_total(out_dir: str) -> int:
 
 def count(case: str, n: int, devices: int) -> int:
     setup, stmt = CASES[case]
-    script = SCRIPT.format(program=PROGRAM, devices=devices, setup=setup, n=n, stmt=stmt)
+    # In a function: a loop at module level would store and look up names
+    # in the globals dict every call, which is the harness's cost, not the call's.
+    body = (
+        stmt
+        if case.startswith("c_")
+        else f"def loop():\n    for _ in range(N):\n        {stmt}\nloop()"
+    )
+    script = SCRIPT.format(root=ROOT, program=PROGRAM, devices=devices, setup=setup, n=n, body=body)
     with tempfile.TemporaryDirectory() as out_dir:
         path = os.path.join(out_dir, "case.py")
         with open(path, "w") as f:

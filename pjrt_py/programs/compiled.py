@@ -119,6 +119,7 @@ class CompiledProgram:
         # Outputs of fixed shape get their metadata at creation, so a chained
         # call's check does not ask the plugin for it.
         self.out_metas: tuple[Meta, ...] | None = self._static_outputs(shape)
+        self._places: tuple[tuple[int, ...], tuple[int | None, ...]] | None = None
 
     # -- PJRT queries ---------------------------------------------------
     def _handles(self) -> _core.Loaded:
@@ -166,6 +167,30 @@ class CompiledProgram:
         if [m[0] for m in metas] != self.output_shapes():
             return None
         return metas
+
+    def dispatch_places(self) -> tuple[tuple[int, ...], tuple[int | None, ...]]:
+        """What the native dispatch paths compare an argument's place with, read once.
+
+        Returns
+        -------
+        tuple
+            The address of each device in execution order, and for each the
+            address of the memory its parameters are read from there (the
+            device's default memory), or None where that memory is not the
+            device's alone or the plugin has no memory spaces: then the device
+            is compared instead.
+        """
+        if self._places is None:
+            memories: list[int | None] = []
+            for device in self.devices:
+                try:
+                    memory = device.default_memory
+                except PjrtError:  # UnsupportedError: a plugin without memory spaces
+                    memories.append(None)
+                    continue
+                memories.append(memory._addr if memory.devices == [device] else None)
+            self._places = (tuple(d._addr for d in self.devices), tuple(memories))
+        return self._places
 
     def expected_metas(self) -> tuple[Meta, ...] | None:
         """One interned ``(shape, dtype)`` per parameter, the form a Buffer's

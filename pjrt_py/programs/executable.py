@@ -24,7 +24,7 @@ from .. import _core
 from ..runtime.buffer import Buffer
 from ..runtime.promise import BufferPromise
 from . import effects
-from .arguments import checked_row, non_donatable_indices, parameter_memory
+from .arguments import checked_row, non_donatable_indices
 from .compiled import CompiledProgram, MemoryStats
 from .program_info import ProgramInfo
 
@@ -73,8 +73,9 @@ class Executable(ProgramInfo, _core.ExecutableCore):
         # arguments.parameter_memory).
         self._parameter_memories: dict[int, Memory | None] = {}
         self._host_routes: Any = None  # jax's host callbacks this program calls (jit)
-        # Calls that cannot take the native path: several devices, donation,
-        # parameters in a layout other than the default (checked in Python).
+        # Calls that cannot take the native path: donation, parameters in a
+        # layout other than the default (checked in Python). A program over
+        # several devices takes it through execute_sharded(_async) only.
         layouts = program.signature is not None and any(
             not spec.default_layout for spec in program.signature
         )
@@ -83,21 +84,17 @@ class Executable(ProgramInfo, _core.ExecutableCore):
         kinds = program.signature is not None and any(
             spec.memory_kind is not None for spec in program.signature
         )
-        blocked = len(program.devices) != 1 or bool(program.donated) or layouts or kinds
-        one = program.devices[0] if len(program.devices) == 1 else None
-        memory = parameter_memory(self, one) if one is not None else None
+        blocked = bool(program.donated) or layouts or kinds
+        devices, memories = program.dispatch_places()
         self._attach(
             program._handles(),
             program.client,
             program.expected_metas(),
             program.out_metas,
             program.num_outputs,
-            len(program.devices),
             blocked,
-            None if one is None else one._addr,
-            # Compared on the fast path instead of the device: a memory of
-            # that one device only.
-            memory._addr if memory is not None and memory.devices == [one] else None,
+            devices,
+            memories,
         )
 
     # -- lifetime -------------------------------------------------------
@@ -234,48 +231,19 @@ class Executable(ProgramInfo, _core.ExecutableCore):
             return BufferPromise((token_out,), 0)
         return BufferPromise(tuple(outputs), len(outputs))
 
-    def execute_sharded_async(
+    def _execute_sharded_async_slow(
         self,
         per_device_args: Sequence[Sequence[Any]],
         *,
         non_donatable: Iterable[int] | None = None,
     ) -> list[BufferPromise]:
-        """Run a replicated or partitioned program on all its devices at once.
+        """execute_sharded_async for every call the native path does not take.
 
-        ``per_device_args[d]`` holds the arguments for ``self.devices[d]``
-        (the executable's device order: replicas x partitions of its device
-        assignment). Returns one promise per device, of that device's outputs.
-
-        Parameters
-        ----------
-        per_device_args : sequence of sequences
-            One argument list per device, ``len(self.devices)`` of them. Each
-            holds Buffers, promises of one buffer, or numpy arrays / scalars
-            (transferred to that device first), checked against
-            ``input_signature``.
-        non_donatable : iterable of int, optional
-            Indices of donated parameters this call must not donate: their
-            buffers stay valid.
-
-        Returns
-        -------
-        list of BufferPromise
-            One promise per device, in ``self.devices`` order, returned at once.
-
-        Raises
-        ------
-        TypeError
-            If ``per_device_args`` is not a list of argument lists (a Buffer,
-            promise or array given instead, or an entry that is not a list),
-            for a wrong argument count, shape, dtype or type (as
-            ``execute``), or if ``non_donatable`` is not a sequence of
-            indices.
-        ValueError
-            If the number of argument lists is not the number of devices; if
-            an argument is a dead buffer, another client's, on another device
-            than its list's, or a Python scalar that does not fit its
-            parameter's dtype; if a ``non_donatable`` entry is not a parameter
-            index; or if the executable has been deleted or its client closed.
+        ``execute_sharded_async`` and ``execute_sharded`` are native
+        (``native/sharded.c``): a call whose arguments are all live Buffers (or
+        one-buffer promises) of this client, on their row's device, with the
+        compiled shapes and dtypes, runs from call to promises in C. Every
+        other call comes here, which checks, explains and transfers.
         """
         self._live()
         n = len(self.devices)
@@ -295,38 +263,6 @@ class Executable(ProgramInfo, _core.ExecutableCore):
                     f"got {type(args).__name__}"
                 )
         return self._dispatch_rows(per_device_args, non_donatable)
-
-    def execute_sharded(
-        self,
-        per_device_args: Sequence[Sequence[Any]],
-        *,
-        non_donatable: Iterable[int] | None = None,
-    ) -> list[list[Buffer]]:
-        """``execute_sharded_async``, waited for: one list of output Buffers per device.
-
-        Parameters
-        ----------
-        per_device_args : sequence of sequences
-            One argument list per device, as for ``execute_sharded_async``.
-        non_donatable : iterable of int, optional
-            Indices of donated parameters this call must not donate.
-
-        Returns
-        -------
-        list of list of Buffer
-            Each device's outputs, in ``self.devices`` order, ready on return.
-
-        Raises
-        ------
-        TypeError, ValueError
-            For arguments ``execute_sharded_async`` refuses.
-        PjrtError
-            If the execution fails on any device.
-        """
-        promises = self.execute_sharded_async(per_device_args, non_donatable=non_donatable)
-        for p in promises:
-            p.value()
-        return [list(p._buffers) for p in promises]
 
     def execute(
         self, *args: Any, ordered: bool = False, non_donatable: Iterable[int] | None = None

@@ -22,7 +22,7 @@ from .capi import ffi
 from .client_options import checked_options, refuse_multiprocess_cpu
 from .device import Device, Memory, of_client, require_memories, resolve
 from .discovery import plugin_info
-from .errors import UnsupportedError
+from .errors import PjrtError, UnsupportedError
 from .gpu_memory import with_memory_policy
 from .kv_store import check_store, create_fields
 from .plugin import Plugin, address, encode_named_values, load_plugin
@@ -88,7 +88,10 @@ class RuntimeClient(_core.ClientCore):
         )
         if not self.addressable_devices:
             raise RuntimeError(f"{self.plugin.path}: the client has no addressable devices")
-        self._set_default_device(self.addressable_devices[0]._addr)
+        # The first is the default device; each with its default memory.
+        self._set_devices(
+            tuple((d._addr, _default_memory_address(d)) for d in self.addressable_devices)
+        )
         self._check_processes(options)
         memory_watch.track(self)  # its devices are reported by memory_watch()
 
@@ -289,3 +292,13 @@ class RuntimeClient(_core.ClientCore):
 
 
 __all__ = ["RuntimeClient"]
+
+
+def _default_memory_address(device: Device) -> int | None:
+    """The address of ``device``'s default memory, which buffers put there
+    without naming a memory are known to be in from the start; None where the
+    plugin has no memory spaces."""
+    try:
+        return device.default_memory._addr
+    except PjrtError:  # UnsupportedError: no memory spaces
+        return None
