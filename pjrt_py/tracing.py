@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import _core
+from . import _core, device_trace
 from .callbacks import host_callback
 from .client import Client
 from .programs.executable import Executable
@@ -60,15 +60,39 @@ _MISSING = object()
 
 
 class Recorder:
-    """The spans of one ``trace`` block (``events``: Chrome trace events)."""
+    """The spans of one ``trace`` block.
+
+    Attributes
+    ----------
+    events : list of dict
+        Chrome trace events: pjrt_py's host spans, then (when the block has
+        ended) the plugins' device events.
+    xspace : bytes
+        What the plugins' profilers recorded, serialized XSpace (empty if no
+        plugin had the extension or ``device=False``).
+    notes : list of str
+        What the device recording did or could not do, one line per plugin.
+    started_ns : int
+        ``time.perf_counter_ns()`` when the block opened.
+    """
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
+        self.xspace = b""
+        self.notes: list[str] = []
+        self.started_ns = time.perf_counter_ns()
         self._lock = threading.Lock()
 
     def add(self, event: dict[str, Any]) -> None:
         with self._lock:
             self.events.append(event)
+
+    def add_device(self, events: list[dict[str, Any]], data: bytes, notes: list[str]) -> None:
+        """Take a device recording's events, XSpace bytes and notes (device_trace)."""
+        with self._lock:
+            self.events.extend(events)
+            self.xspace += data  # concatenated messages are one message, planes appended
+            self.notes.extend(n for n in notes if n not in self.notes)
 
 
 def _shape_of(x: Any) -> str:
@@ -181,7 +205,7 @@ def _callback_span(name: str, start: float) -> None:
 
 
 @contextmanager
-def trace(path: str | os.PathLike[str] | None = None) -> Iterator[Recorder]:
+def trace(path: str | os.PathLike[str] | None = None, *, device: bool = True) -> Iterator[Recorder]:
     """Record pjrt_py's work in the block as spans; write them to ``path``.
 
     Parameters
@@ -189,7 +213,11 @@ def trace(path: str | os.PathLike[str] | None = None) -> Iterator[Recorder]:
     path : str or path, optional
         Where to write the Chrome trace JSON when the block ends (also when
         it ends with an exception). None: only the returned recorder's
-        ``events`` hold them.
+        ``events`` hold them. Where a plugin's profiler recorded, its XSpace
+        goes next to it, as ``xplane_path(path)``.
+    device : bool
+        Also record the plugins' device activity, through PJRT's profiler
+        extension where a loaded plugin has it (``pjrt_py.device_trace``).
 
     Yields
     ------
@@ -206,9 +234,15 @@ def trace(path: str | os.PathLike[str] | None = None) -> Iterator[Recorder]:
         if not _active:
             _install()
         _active.append(recorder)
+    if device:
+        device_trace.open_block(recorder)
     try:
         yield recorder
     finally:
+        if device:
+            device_trace.close_block(recorder)
+        else:
+            recorder.notes.append("device activity not asked for (trace(device=False))")
         with _lock:
             _active.remove(recorder)
             if not _active:
@@ -217,8 +251,19 @@ def trace(path: str | os.PathLike[str] | None = None) -> Iterator[Recorder]:
             write(recorder, path)
 
 
+def xplane_path(path: str | os.PathLike[str]) -> str:
+    """Where ``trace(path)`` writes the XSpace: ``run.json`` -> ``run.xplane.pb``."""
+    text = os.fspath(path)
+    return (text[:-5] if text.endswith(".json") else text) + ".xplane.pb"
+
+
 def write(recorder: Recorder, path: str | os.PathLike[str]) -> None:
     """Write a recorder's spans as Chrome trace JSON (``{"traceEvents": [...]}``).
+
+    The JSON's ``otherData`` says what the device recording did
+    (``pjrt_py_device``), how timestamps are counted (``pjrt_py_clock``) and
+    where the XSpace went (``pjrt_py_xspace``): next to ``path``, as
+    ``xplane_path(path)``, written when a plugin's profiler recorded.
 
     Parameters
     ----------
@@ -232,21 +277,41 @@ def write(recorder: Recorder, path: str | os.PathLike[str]) -> None:
     OSError
         If the file cannot be written.
     """
-    threads = {e["tid"] for e in recorder.events}
+    host = os.getpid()
+    threads = {e["tid"] for e in recorder.events if e["pid"] == host}
     names = {t.ident: t.name for t in threading.enumerate()}
     meta = [
         {
             "name": "thread_name",
             "ph": "M",
-            "pid": os.getpid(),
+            "pid": host,
             "tid": tid,
             "args": {"name": names.get(tid, f"thread {tid}")},
         }
         for tid in sorted(threads)
     ]
-    document = {"traceEvents": meta + recorder.events, "displayTimeUnit": "ms"}
+    meta.append(_process_name(host, "pjrt_py (host)"))
+    other = {
+        "pjrt_py_device": "; ".join(recorder.notes) or "host spans only",
+        "pjrt_py_clock": _CLOCK,
+    }
+    if recorder.xspace:
+        other["pjrt_py_xspace"] = xplane_path(path)
+        with open(xplane_path(path), "wb") as f:
+            f.write(recorder.xspace)
+    document = {"traceEvents": meta + recorder.events, "displayTimeUnit": "ms", "otherData": other}
     with open(path, "w") as f:
         json.dump(document, f)
 
 
-__all__ = ["Recorder", "trace", "write"]
+_CLOCK = (
+    "ts in microseconds of time.perf_counter_ns (CLOCK_MONOTONIC); device events moved "
+    "there from the profilers' wall clock by an offset read when their recording started"
+)
+
+
+def _process_name(pid: int, name: str) -> dict[str, Any]:
+    return {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}
+
+
+__all__ = ["Recorder", "trace", "write", "xplane_path"]
