@@ -74,18 +74,41 @@ class Recorder:
         What the device recording did or could not do, one line per plugin.
     started_ns : int
         ``time.perf_counter_ns()`` when the block opened.
+    offset_ns : int
+        ``time.time_ns() - time.perf_counter_ns()`` then (``add_xspace``).
     """
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
         self.xspace = b""
         self.notes: list[str] = []
+        self.offset_ns = device_trace.clock_offset_ns()
         self.started_ns = time.perf_counter_ns()
         self._lock = threading.Lock()
 
     def add(self, event: dict[str, Any]) -> None:
         with self._lock:
             self.events.append(event)
+
+    def add_xspace(self, data: bytes, *, source: str = "xspace") -> None:
+        """Merge a profile recorded in this process (jax's profiler, say) into the trace.
+
+        Parameters
+        ----------
+        data : bytes
+            Serialized XSpace: what ``jax.profiler``'s session returned, or
+            a ``*.xplane.pb`` file's bytes.
+        source : str
+            Names its processes in the trace (``"<source> <plane>"``).
+
+        Raises
+        ------
+        ValueError
+            If ``data`` is not an XSpace.
+        """
+        data, space = device_trace.plugin_xspace(data)
+        events = device_trace.chrome_events(space, offset_ns=self.offset_ns, source=source)
+        self.add_device(events, data, [f"{source}: {len(space.planes)} planes merged"])
 
     def add_device(self, events: list[dict[str, Any]], data: bytes, notes: list[str]) -> None:
         """Take a device recording's events, XSpace bytes and notes (device_trace)."""
