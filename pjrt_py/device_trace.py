@@ -87,11 +87,17 @@ def _start(plugin: plugin_mod.Plugin) -> None:
     if not profiler.available(plugin):
         _notes.append(f"{plugin.path}: no PJRT profiler extension (host spans only)")
         return
+    session = None
     try:
         session = profiler.Session(plugin)
         session.start()
     except Exception as exc:  # a device record must never break the block
+        # XLA allows one recording per plugin: jax's profiler on the same
+        # plugin makes this one fail (InternalError: Failed to start
+        # TraceMeRecorder, measured with the CUDA plugin 0.11.2).
         _notes.append(f"{plugin.path}: the profiler did not start: {type(exc).__name__}: {exc}")
+        if session is not None:
+            session.close()
         return
     _sessions.append(session)
 
@@ -225,7 +231,7 @@ def chrome_events(space: xspace.XSpace, *, offset_ns: int, source: str) -> list[
         if not lines:
             continue
         pid = _pid(source, plane.name)
-        category = "device" if plane.name.startswith("/device:") else "plugin"
+        category = "device" if plane.name.startswith("/device:") else "profiler host"
         out.append(_meta("process_name", pid, 0, f"{source.rsplit('/', 1)[-1]} {plane.name}"))
         out.append(_meta("process_sort_index", pid, 0, pid, key="sort_index"))
         for line in lines:
