@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -141,6 +142,16 @@ def test_a_session_runs_in_order_and_only_in_order() -> None:
     assert isinstance(space, xspace.XSpace) and session.state == "closed"
     session.close()  # idempotent
     profiler.Session(plugin).start()  # dropped while recording: stopped, destroyed
+
+
+def test_info_says_traces_hold_device_activity(capsys: pytest.CaptureFixture[str]) -> None:
+    plugin = _profiler_plugin()
+    from pjrt_py.cli import info
+
+    info.command(argparse.Namespace(plugin=plugin.path))
+    assert "  traces: host spans and device activity (PJRT profiler extension)" in (
+        capsys.readouterr().out
+    )
 
 
 def test_one_recording_per_plugin_and_the_trace_names_the_refusal(tmp_path: Path) -> None:
