@@ -6,7 +6,7 @@ session, and so does a plugin first loaded inside the block. When a block
 ends, the sessions stop and hand over serialized XSpace; its timed events
 become Chrome trace events, one process per plane (a GPU, the plugin's host
 threads) and one thread per line (a stream, an op level, a thread), and the
-raw bytes go to the block's ``.xplane.pb``.
+raw bytes go to the block's ``.xplane.pb`` files (one per plugin and recording).
 
 Decisions:
 
@@ -48,7 +48,9 @@ class Target(Protocol):
 
     started_ns: int
 
-    def add_device(self, events: list[dict[str, Any]], data: bytes, notes: list[str]) -> None: ...
+    def add_device(
+        self, events: list[dict[str, Any]], records: list[bytes], notes: list[str]
+    ) -> None: ...
 
 
 _lock = threading.RLock()
@@ -135,18 +137,18 @@ def close_block(target: Target) -> None:
         if not _targets:
             plugin_mod.LOAD_LISTENERS.remove(_on_load)
         events: list[dict[str, Any]] = []
-        data = bytearray()
+        records: list[bytes] = []
         for session in sessions:
-            got, more, said = _collect(session)
+            got, data, said = _collect(session)
             events += got
-            data += more
+            records += [data] if data else []
             notes += said
         if not sessions and not notes:
             notes.append("no plugin was loaded: host spans only")
         for receiver in receivers:
             begin_us = receiver.started_ns / 1000
             mine = [e for e in events if e["ph"] != "X" or e["ts"] + e["dur"] >= begin_us]
-            receiver.add_device(mine, bytes(data), notes)
+            receiver.add_device(mine, records, notes)
         if _targets:
             _start_recording()
 

@@ -67,9 +67,10 @@ class Recorder:
     events : list of dict
         Chrome trace events: pjrt_py's host spans, then (when the block has
         ended) the plugins' device events.
-    xspace : bytes
-        What the plugins' profilers recorded, serialized XSpace (empty if no
-        plugin had the extension or ``device=False``).
+    xspaces : list of bytes
+        What the plugins' profilers recorded, serialized XSpace, one per
+        plugin and recording (none if no plugin had the extension, or with
+        ``device=False``).
     notes : list of str
         What the device recording did or could not do, one line per plugin.
     started_ns : int
@@ -80,7 +81,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
-        self.xspace = b""
+        self.xspaces: list[bytes] = []
         self.notes: list[str] = []
         self.offset_ns = device_trace.clock_offset_ns()
         self.started_ns = time.perf_counter_ns()
@@ -108,13 +109,15 @@ class Recorder:
         """
         data, space = device_trace.plugin_xspace(data)
         events = device_trace.chrome_events(space, offset_ns=self.offset_ns, source=source)
-        self.add_device(events, data, [f"{source}: {len(space.planes)} planes merged"])
+        self.add_device(events, [data], [f"{source}: {len(space.planes)} planes merged"])
 
-    def add_device(self, events: list[dict[str, Any]], data: bytes, notes: list[str]) -> None:
-        """Take a device recording's events, XSpace bytes and notes (device_trace)."""
+    def add_device(
+        self, events: list[dict[str, Any]], records: list[bytes], notes: list[str]
+    ) -> None:
+        """Take a device recording's events, XSpace records and notes (device_trace)."""
         with self._lock:
             self.events.extend(events)
-            self.xspace += data  # concatenated messages are one message, planes appended
+            self.xspaces.extend(records)
             self.notes.extend(n for n in notes if n not in self.notes)
 
 
@@ -274,10 +277,18 @@ def trace(path: str | os.PathLike[str] | None = None, *, device: bool = True) ->
             write(recorder, path)
 
 
-def xplane_path(path: str | os.PathLike[str]) -> str:
-    """Where ``trace(path)`` writes the XSpace: ``run.json`` -> ``run.xplane.pb``."""
+def xplane_path(path: str | os.PathLike[str], index: int = 0) -> str:
+    """Where ``trace(path)`` writes XSpace record ``index``: ``run.xplane.pb``, ``run.2.xplane.pb``.
+
+    One file per record, not the records concatenated (which protobuf would
+    read as one message): XProf reads only the first of several planes with
+    the same name (measured with xprof 2.24.2: "Found multiple
+    tensorflow.profiler.XPlane when only one was expected"), while separate
+    files in one run folder are separate hosts to it.
+    """
     text = os.fspath(path)
-    return (text[:-5] if text.endswith(".json") else text) + ".xplane.pb"
+    base = text[:-5] if text.endswith(".json") else text
+    return f"{base}.xplane.pb" if index == 0 else f"{base}.{index + 1}.xplane.pb"
 
 
 def write(recorder: Recorder, path: str | os.PathLike[str]) -> None:
@@ -286,7 +297,7 @@ def write(recorder: Recorder, path: str | os.PathLike[str]) -> None:
     The JSON's ``otherData`` says what the device recording did
     (``pjrt_py_device``), how timestamps are counted (``pjrt_py_clock``) and
     where the XSpace went (``pjrt_py_xspace``): next to ``path``, as
-    ``xplane_path(path)``, written when a plugin's profiler recorded.
+    ``xplane_path(path, i)`` for each record a plugin's profiler made.
 
     Parameters
     ----------
@@ -318,10 +329,13 @@ def write(recorder: Recorder, path: str | os.PathLike[str]) -> None:
         "pjrt_py_device": "; ".join(recorder.notes) or "host spans only",
         "pjrt_py_clock": _CLOCK,
     }
-    if recorder.xspace:
-        other["pjrt_py_xspace"] = xplane_path(path)
-        with open(xplane_path(path), "wb") as f:
-            f.write(recorder.xspace)
+    written = []
+    for index, record in enumerate(recorder.xspaces):
+        written.append(xplane_path(path, index))
+        with open(written[-1], "wb") as f:
+            f.write(record)
+    if written:
+        other["pjrt_py_xspace"] = ", ".join(written)
     document = {"traceEvents": meta + recorder.events, "displayTimeUnit": "ms", "otherData": other}
     with open(path, "w") as f:
         json.dump(document, f)

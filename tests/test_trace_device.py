@@ -56,7 +56,7 @@ def test_without_the_extension_host_spans_only_and_it_says_so(
     said = document["otherData"]["pjrt_py_device"]
     assert f"{client.plugin.path}: no PJRT profiler extension (host spans only)" in said
     assert "pjrt_py_xspace" not in document["otherData"]
-    assert not Path(tracing.xplane_path(path)).exists() and recorder.xspace == b""
+    assert not Path(tracing.xplane_path(path)).exists() and recorder.xspaces == []
     assert {e["pid"] for e in document["traceEvents"]} == {os.getpid()}
 
 
@@ -75,6 +75,10 @@ def test_a_jax_profile_merges_onto_our_timeline(
         data = session.stop()
         add_exe.execute(X, X)
         recorder.add_xspace(data, source="jax")
+        session = jaxlib_profiler.ProfilerSession()  # a second record: a file of its own
+        double(X).block_until_ready()
+        again = session.stop()
+        recorder.add_xspace(again, source="jax")
     document = _document(path)
     events = document["traceEvents"]
     processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
@@ -87,16 +91,16 @@ def test_a_jax_profile_merges_onto_our_timeline(
     first, _, second, _ = sorted(
         (e for e in timed if e["cat"] == "dispatch" and e["name"] == "main"), key=lambda e: e["ts"]
     )
-    call = max((e for e in timed if e["name"].startswith("PjitFunction(")), key=lambda e: e["dur"])
-    assert call["cat"] == "profiler host"
-    assert first["ts"] + first["dur"] <= call["ts"]  # in the order they ran
-    assert call["ts"] + call["dur"] <= second["ts"]
-    written = Path(document["otherData"]["pjrt_py_xspace"])
-    assert written == Path(tracing.xplane_path(path)) == tmp_path / "both.xplane.pb"
-    assert written.read_bytes() == data
-    assert [p.name for p in xspace.parse(written.read_bytes()).planes] == [
-        p.name for p in xspace.parse(data).planes
-    ]
+    calls = sorted(
+        (e for e in timed if e["name"].startswith("PjitFunction(")), key=lambda e: e["ts"]
+    )
+    assert len(calls) == 4 and {c["cat"] for c in calls} == {"profiler host"}
+    assert first["ts"] + first["dur"] <= calls[0]["ts"]  # in the order they ran
+    assert calls[1]["ts"] + calls[1]["dur"] <= second["ts"] < calls[2]["ts"]
+    written = document["otherData"]["pjrt_py_xspace"].split(", ")
+    assert written == [str(tmp_path / "both.xplane.pb"), str(tmp_path / "both.2.xplane.pb")]
+    assert written == [tracing.xplane_path(path, i) for i in range(2)]
+    assert [Path(w).read_bytes() for w in written] == [data, again]
 
 
 def test_no_recording_and_no_listener_outside_a_block(client: pjrt_py.Client) -> None:
