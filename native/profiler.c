@@ -104,16 +104,18 @@ static const prof_api* prof_find(const PJRT_Api* api) {
 /* Raises the PjrtError subclass for the plugin's profiler error (destroying
  * it), its message prefixed with what failed; returns NULL. */
 static PyObject* prof_raise(const prof_api* p, prof_error* error, const char* what) {
-  prof_error_code_args code_args = {PROF_END(prof_error_code_args, code), p->priv, error, 2};
+  prof_error_code_args code_args = {PROF_END(prof_error_code_args, code), p->priv, error,
+                                    PJRT_Error_Code_UNKNOWN};
   prof_error* inner = p->error_get_code(&code_args);
-  if (inner != NULL) { /* the code could not be read: UNKNOWN */
+  if (inner != NULL) { /* the code could not be read */
     prof_error_destroy_args drop = {PROF_END(prof_error_destroy_args, error), p->priv, inner};
     p->error_destroy(&drop);
-    code_args.code = 2;
+    code_args.code = PJRT_Error_Code_UNKNOWN;
   }
   prof_error_message_args m = {PROF_END(prof_error_message_args, message_size), p->priv, error,
                                NULL, 0};
   p->error_message(&m);
+  if (m.message == NULL) m.message_size = 0;
   PyObject* text = PyUnicode_DecodeUTF8(m.message ? m.message : "", (Py_ssize_t)m.message_size,
                                         "replace");
   prof_error_destroy_args drop = {PROF_END(prof_error_destroy_args, error), p->priv, error};

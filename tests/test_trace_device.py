@@ -222,6 +222,26 @@ raise SystemExit(os.waitstatus_to_exitcode(status))
     assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
+def test_exiting_with_a_recording_session_is_clean() -> None:
+    plugin = _profiler_plugin()
+    script = f"""
+import threading, pjrt_py
+from pjrt_py.runtime import plugin as p, profiler
+kept = profiler.Session(p.load_plugin({plugin.path!r}))
+kept.start()  # still recording at exit
+opened = threading.Event()
+def block():
+    with pjrt_py.trace():
+        opened.set()
+        threading.Event().wait()  # a daemon thread's block never ends
+threading.Thread(target=block, daemon=True).start()
+opened.wait()
+print("exiting")
+"""
+    done = subprocess.run([sys.executable, "-c", script], timeout=120, capture_output=True)
+    assert done.returncode == 0 and done.stdout == b"exiting\n", done.stderr.decode()[-2000:]
+
+
 # ---- on a GPU (runs where a CUDA plugin and a device are there) ------------
 
 MATMUL = """
