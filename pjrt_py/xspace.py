@@ -161,12 +161,19 @@ def _fields(data: bytes, pos: int, end: int, where: str) -> Iterator[tuple[int, 
     length-delimited field's bytes are data[third:fourth].
     """
     while pos < end:
-        key, pos = _varint(data, pos, end)
+        key = data[pos]  # one-byte varints (most keys and small values) read inline
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _varint(data, pos, end)
         number, wire = key >> 3, key & 7
         if number == 0:
             raise ValueError(f"XSpace: field number 0 in {where} at byte {pos - 1}")
         if wire == _VARINT:
-            value, pos = _varint(data, pos, end)
+            if pos < end and data[pos] < 0x80:
+                value, pos = data[pos], pos + 1
+            else:
+                value, pos = _varint(data, pos, end)
             yield number, wire, value, pos
         elif wire == _LENGTH:
             size, pos = _varint(data, pos, end)
