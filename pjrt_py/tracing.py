@@ -265,16 +265,18 @@ def trace(path: str | os.PathLike[str] | None = None, *, device: bool = True) ->
     try:
         yield recorder
     finally:
-        if device:
-            device_trace.close_block(recorder)
-        else:
-            recorder.notes.append("device activity not asked for (trace(device=False))")
-        with _lock:
-            _active.remove(recorder)
-            if not _active:
-                _uninstall()
-        if path is not None:
-            write(recorder, path)
+        try:
+            if device:
+                device_trace.close_block(recorder)
+            else:
+                recorder.notes.append("device activity not asked for (trace(device=False))")
+        finally:  # even if collecting was interrupted (Ctrl-C): the originals go back
+            with _lock:
+                _active.remove(recorder)
+                if not _active:
+                    _uninstall()
+            if path is not None:
+                write(recorder, path)
 
 
 def xplane_path(path: str | os.PathLike[str], index: int = 0) -> str:

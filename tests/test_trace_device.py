@@ -113,6 +113,22 @@ def test_no_recording_and_no_listener_outside_a_block(client: pjrt_py.Client) ->
     assert recorder.notes == ["device activity not asked for (trace(device=False))"]
 
 
+def test_an_interrupted_collection_still_restores_and_writes(
+    add_exe: pjrt_py.Executable, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    collect = device_trace.close_block
+
+    def interrupted(target: Any) -> None:
+        collect(target)
+        raise KeyboardInterrupt  # Ctrl-C while the device record was read
+
+    monkeypatch.setattr(device_trace, "close_block", interrupted)
+    with pytest.raises(KeyboardInterrupt), pjrt_py.trace(tmp_path / "cut.json"):
+        add_exe.execute(X, X)
+    assert "execute_async" not in pjrt_py.Executable.__dict__  # the originals are back
+    assert any(e.get("cat") == "dispatch" for e in _document(tmp_path / "cut.json")["traceEvents"])
+
+
 def test_profile_options_refuse_levels_out_of_range() -> None:
     assert profiler.profile_options(host_tracer_level=0, device_tracer_level=0) == b"\x28\x01"
     with pytest.raises(ValueError, match="host_tracer_level"):
