@@ -13,9 +13,10 @@ Decisions:
 - **One recording at a time.** XLA lets one profiler session per plugin
   record at once, so blocks share it: a block that opens while another
   records joins its recording. When a block ends, the recording stops for
-  everyone, each block still open gets the events made since it opened,
-  and a new recording starts for those (device work in the gap, a few
-  milliseconds at most, is not recorded).
+  everyone, a new one starts at once for the blocks still open (device work
+  between the two is not recorded: the old record is copied out, nothing
+  more, before the new one starts), and each gets the events made since it
+  opened.
 - **One clock.** Host spans are in ``time.perf_counter_ns`` (CLOCK_MONOTONIC);
   XLA's profilers stamp events with the wall clock (``absl::GetCurrentTimeNanos``,
   CLOCK_REALTIME; CUPTI's GPU timestamps are moved onto it by XLA). When a
@@ -127,21 +128,26 @@ def open_block(target: Target) -> None:
 
 
 def close_block(target: Target) -> None:
-    """A block ended: stop the recording, hand the events out, record again for the rest."""
+    """A block ended: stop the recording, record again for the rest, hand the events out."""
     with _lock:
         receivers = list(_targets)
         _targets.remove(target)
-        sessions, notes = list(_sessions), list(_notes)
+        sessions, notes, offset_ns = list(_sessions), list(_notes), _offset_ns
         _sessions.clear()
         _notes.clear()
-        if not _targets:
+        # Each record is copied out before the next recording starts; reading
+        # it (the slow part) waits until then, so the gap holds no parsing.
+        finished = [(session.plugin.path, _finish(session)) for session in sessions]
+        if _targets:
+            _start_recording()
+        else:
             plugin_mod.LOAD_LISTENERS.remove(_on_load)
         events: list[dict[str, Any]] = []
         records: list[bytes] = []
-        for session in sessions:
-            got, data, said = _collect(session)
+        for where, data in finished:
+            got, record, said = _read(where, data, offset_ns)
             events += got
-            records += [data] if data else []
+            records += [record] if record else []
             notes += said
         if not sessions and not notes:
             notes.append("no plugin was loaded: host spans only")
@@ -149,22 +155,31 @@ def close_block(target: Target) -> None:
             begin_us = receiver.started_ns / 1000
             mine = [e for e in events if e["ph"] != "X" or e["ts"] + e["dur"] >= begin_us]
             receiver.add_device(mine, records, notes)
-        if _targets:
-            _start_recording()
 
 
-def _collect(session: profiler.Session) -> tuple[list[dict[str, Any]], bytes, list[str]]:
-    where = session.plugin.path
+def _finish(session: profiler.Session) -> bytes | str:
+    """The session's record, or what went wrong (a record must never break the block)."""
     try:
-        data, space = plugin_xspace(session.finish())
-    except Exception as exc:  # the block's host spans are still worth writing
-        return [], b"", [f"{where}: no device record: {type(exc).__name__}: {exc}"]
-    events = chrome_events(space, offset_ns=_offset_ns, source=where)
+        return session.finish()
+    except Exception as exc:
+        return f"no device record: {type(exc).__name__}: {exc}"
+
+
+def _read(
+    where: str, data: bytes | str, offset_ns: int
+) -> tuple[list[dict[str, Any]], bytes, list[str]]:
+    if isinstance(data, str):
+        return [], b"", [f"{where}: {data}"]
+    try:
+        record, space = plugin_xspace(data)
+    except ValueError as exc:
+        return [], b"", [f"{where}: an unreadable device record: {exc}"]
+    events = chrome_events(space, offset_ns=offset_ns, source=where)
     timed = sum(1 for e in events if e["ph"] == "X")
     planes = sum(1 for e in events if e["name"] == "process_name")
     notes = [f"{where}: {timed} device trace events on {planes} planes"]
     notes += [f"{where}: the profiler reported: {text}" for text in space.errors + space.warnings]
-    return events, data, notes
+    return events, record, notes
 
 
 def plugin_xspace(data: bytes) -> tuple[bytes, xspace.XSpace]:

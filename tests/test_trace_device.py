@@ -191,6 +191,21 @@ def test_one_recording_per_plugin_and_the_trace_names_the_refusal(tmp_path: Path
     assert f"{plugin.path}: " in said and "device trace events on" in said
 
 
+def test_overlapping_blocks_share_one_recording_and_restart_it() -> None:
+    plugin = _profiler_plugin()
+    with pjrt_py.trace() as outer:
+        (first,) = [s for s in device_trace._sessions if s.plugin is plugin]
+        with pjrt_py.trace() as inner:
+            assert [s for s in device_trace._sessions if s.plugin is plugin] == [first]
+        # the inner block's end stopped the recording and started the next
+        (second,) = [s for s in device_trace._sessions if s.plugin is plugin]
+        assert second is not first and second.state == "started" and first.state == "closed"
+    assert second.state == "closed"
+    for recorder in (outer, inner):
+        mine = [n for n in recorder.notes if n.startswith(plugin.path)]
+        assert mine and all("device trace events on" in n for n in mine), recorder.notes
+
+
 def test_threads_racing_on_one_session_get_errors_not_crashes() -> None:
     plugin = _profiler_plugin()
     session = profiler.Session(plugin)
