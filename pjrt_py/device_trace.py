@@ -241,6 +241,11 @@ def chrome_events(space: xspace.XSpace, *, offset_ns: int, source: str) -> list[
         first at a tie, so parents come before their children). Counted
         events (``num_occurrences``) have no time and are left out.
     """
+    with _lock:  # process and thread ids are handed out once, from any thread
+        return _chrome_events(space, offset_ns, source)
+
+
+def _chrome_events(space: xspace.XSpace, offset_ns: int, source: str) -> list[dict[str, Any]]:
     start_ns = _session_start(space)
     out: list[dict[str, Any]] = []
     for plane in space.planes:
