@@ -33,6 +33,7 @@
 #include "foreign.c"
 #include "ffi.c"
 #include "extensions.c"
+#include "profiler.c"
 #include "host_callback_attrs.c"
 #include "host_callback.c"
 #include "host_callback_gpu.c"
@@ -123,6 +124,8 @@ static PyMethodDef core_functions[] = {
     {"set_dlpack_codes", core_set_dlpack_codes, METH_O, NULL},
     {"plugin_extensions", core_plugin_extensions, METH_O,
      "plugin_extensions(api) -> the extension types in the plugin's chain"},
+    {"profiler_available", core_profiler_available, METH_O,
+     "profiler_available(api) -> whether the plugin has a usable PJRT profiler extension"},
     {"ffi_register", core_ffi_register, METH_VARARGS,
      "ffi_register(api, name, handler, platform) -> 0, or 1/2 when the plugin has no way"},
     {"drain_releases", core_drain_releases, METH_NOARGS,
@@ -201,6 +204,7 @@ PyMODINIT_FUNC PyInit__core(void) {
     goto fail;
   if (!(TensorType = make_type(module, &tensor_spec, NULL, "DLPackTensor"))) goto fail;
   if (!(ClientCoreType = make_type(module, &client_core_spec, NULL, "ClientCore"))) goto fail;
+  if (!(PluginProfilerType = make_type(module, &prof_spec, NULL, "PluginProfiler"))) goto fail;
   static int at_exit_hooked = 0; /* a module made again (a subinterpreter) hooks once */
   if (!at_exit_hooked && Py_AtExit(python_finalized) == 0) at_exit_hooked = 1;
   return module;

@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from . import _core
+from . import _core, device_trace
 from .callbacks import host_callback
 from .client import Client
 from .programs.executable import Executable
@@ -60,15 +60,65 @@ _MISSING = object()
 
 
 class Recorder:
-    """The spans of one ``trace`` block (``events``: Chrome trace events)."""
+    """The spans of one ``trace`` block.
+
+    Attributes
+    ----------
+    events : list of dict
+        Chrome trace events: pjrt_py's host spans, then (when the block has
+        ended) the plugins' device events.
+    xspaces : list of bytes
+        What the plugins' profilers recorded, serialized XSpace, one per
+        plugin and recording (none if no plugin had the extension, or with
+        ``device=False``).
+    notes : list of str
+        What the device recording did or could not do, one line per plugin.
+    started_ns : int
+        ``time.perf_counter_ns()`` when the block opened.
+    offset_ns : int
+        ``time.time_ns() - time.perf_counter_ns()`` then (``add_xspace``).
+    """
 
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
+        self.xspaces: list[bytes] = []
+        self.notes: list[str] = []
+        self.offset_ns = device_trace.clock_offset_ns()
+        self.started_ns = time.perf_counter_ns()
         self._lock = threading.Lock()
 
     def add(self, event: dict[str, Any]) -> None:
         with self._lock:
             self.events.append(event)
+
+    def add_xspace(self, data: bytes, *, source: str = "xspace") -> None:
+        """Merge a profile recorded in this process (jax's profiler, say) into the trace.
+
+        Parameters
+        ----------
+        data : bytes
+            Serialized XSpace: what ``jax.profiler``'s session returned, or
+            a ``*.xplane.pb`` file's bytes.
+        source : str
+            Names its processes in the trace (``"<source> <plane>"``).
+
+        Raises
+        ------
+        ValueError
+            If ``data`` is not an XSpace.
+        """
+        data, space = device_trace.plugin_xspace(data)
+        events = device_trace.chrome_events(space, offset_ns=self.offset_ns, source=source)
+        self.add_device(events, [data], [f"{source}: {len(space.planes)} planes merged"])
+
+    def add_device(
+        self, events: list[dict[str, Any]], records: list[bytes], notes: list[str]
+    ) -> None:
+        """Take a device recording's events, XSpace records and notes (device_trace)."""
+        with self._lock:
+            self.events.extend(events)
+            self.xspaces.extend(records)
+            self.notes.extend(n for n in notes if n not in self.notes)
 
 
 def _shape_of(x: Any) -> str:
@@ -181,7 +231,7 @@ def _callback_span(name: str, start: float) -> None:
 
 
 @contextmanager
-def trace(path: str | os.PathLike[str] | None = None) -> Iterator[Recorder]:
+def trace(path: str | os.PathLike[str] | None = None, *, device: bool = True) -> Iterator[Recorder]:
     """Record pjrt_py's work in the block as spans; write them to ``path``.
 
     Parameters
@@ -189,7 +239,11 @@ def trace(path: str | os.PathLike[str] | None = None) -> Iterator[Recorder]:
     path : str or path, optional
         Where to write the Chrome trace JSON when the block ends (also when
         it ends with an exception). None: only the returned recorder's
-        ``events`` hold them.
+        ``events`` hold them. Where a plugin's profiler recorded, its XSpace
+        goes next to it, as ``xplane_path(path)``.
+    device : bool
+        Also record the plugins' device activity, through PJRT's profiler
+        extension where a loaded plugin has it (``pjrt_py.device_trace``).
 
     Yields
     ------
@@ -206,19 +260,46 @@ def trace(path: str | os.PathLike[str] | None = None) -> Iterator[Recorder]:
         if not _active:
             _install()
         _active.append(recorder)
+    if device:
+        device_trace.open_block(recorder)
     try:
         yield recorder
     finally:
-        with _lock:
-            _active.remove(recorder)
-            if not _active:
-                _uninstall()
-        if path is not None:
-            write(recorder, path)
+        try:
+            if device:
+                device_trace.close_block(recorder)
+            else:
+                recorder.notes.append("device activity not asked for (trace(device=False))")
+        finally:  # even if collecting was interrupted (Ctrl-C): the originals go back
+            with _lock:
+                _active.remove(recorder)
+                if not _active:
+                    _uninstall()
+            if path is not None:
+                write(recorder, path)
+
+
+def xplane_path(path: str | os.PathLike[str], index: int = 0) -> str:
+    """Where ``trace(path)`` writes XSpace record ``index``: ``run.xplane.pb``, ``run.2.xplane.pb``.
+
+    One file per record, not the records concatenated (which protobuf would
+    read as one message): XProf reads only the first of several planes with
+    the same name (measured with xprof 2.24.2: "Found multiple
+    tensorflow.profiler.XPlane when only one was expected"), while separate
+    files in one run folder are separate hosts to it.
+    """
+    text = os.fspath(path)
+    base = text[:-5] if text.endswith(".json") else text
+    return f"{base}.xplane.pb" if index == 0 else f"{base}.{index + 1}.xplane.pb"
 
 
 def write(recorder: Recorder, path: str | os.PathLike[str]) -> None:
     """Write a recorder's spans as Chrome trace JSON (``{"traceEvents": [...]}``).
+
+    The JSON's ``otherData`` says what the device recording did
+    (``pjrt_py_device``), how timestamps are counted (``pjrt_py_clock``) and
+    where the XSpace went (``pjrt_py_xspace``): next to ``path``, as
+    ``xplane_path(path, i)`` for each record a plugin's profiler made.
 
     Parameters
     ----------
@@ -232,21 +313,44 @@ def write(recorder: Recorder, path: str | os.PathLike[str]) -> None:
     OSError
         If the file cannot be written.
     """
-    threads = {e["tid"] for e in recorder.events}
+    host = os.getpid()
+    threads = {e["tid"] for e in recorder.events if e["pid"] == host}
     names = {t.ident: t.name for t in threading.enumerate()}
     meta = [
         {
             "name": "thread_name",
             "ph": "M",
-            "pid": os.getpid(),
+            "pid": host,
             "tid": tid,
             "args": {"name": names.get(tid, f"thread {tid}")},
         }
         for tid in sorted(threads)
     ]
-    document = {"traceEvents": meta + recorder.events, "displayTimeUnit": "ms"}
+    meta.append(_process_name(host, "pjrt_py (host)"))
+    other = {
+        "pjrt_py_device": "; ".join(recorder.notes) or "host spans only",
+        "pjrt_py_clock": _CLOCK,
+    }
+    written = []
+    for index, record in enumerate(recorder.xspaces):
+        written.append(xplane_path(path, index))
+        with open(written[-1], "wb") as f:
+            f.write(record)
+    if written:
+        other["pjrt_py_xspace"] = ", ".join(written)
+    document = {"traceEvents": meta + recorder.events, "displayTimeUnit": "ms", "otherData": other}
     with open(path, "w") as f:
         json.dump(document, f)
 
 
-__all__ = ["Recorder", "trace", "write"]
+_CLOCK = (
+    "ts in microseconds of time.perf_counter_ns (CLOCK_MONOTONIC); device events moved "
+    "there from the profilers' wall clock by an offset read when their recording started"
+)
+
+
+def _process_name(pid: int, name: str) -> dict[str, Any]:
+    return {"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}}
+
+
+__all__ = ["Recorder", "trace", "write", "xplane_path"]

@@ -32,6 +32,10 @@ def test_info_lists_plugins_versions_and_devices() -> None:
     # The form programs reach each plugin in, and its extensions (issue 25, 28).
     assert result.stdout.count("programs reach it as ") == len(pjrt_py_lib.plugins())
     assert result.stdout.count("  extensions: ") == len(pjrt_py_lib.plugins())
+    # Whether traces can hold device activity (issue 28): every plugin says which.
+    traced = result.stdout.count("  traces: host spans only (no PJRT profiler extension")
+    traced += result.stdout.count("  traces: host spans and device activity (PJRT profiler")
+    assert traced == len(pjrt_py_lib.plugins())
     for info in pjrt_py_lib.plugins():
         for defect in info.defects:
             assert f"known wrong result: {defect}" in result.stdout

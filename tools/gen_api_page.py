@@ -67,7 +67,7 @@ def entry(name: str) -> str:
 
 
 # Submodules users import by name (``from pjrt_py import kv``), documented whole.
-MODULES = ["pjrt_py.distributed.stores", "pjrt_py.distributed"]
+MODULES = ["pjrt_py.distributed.stores", "pjrt_py.distributed", "pjrt_py.tracing", "pjrt_py.xspace"]
 
 
 def render() -> str:

@@ -50,6 +50,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "pjrt_py.jit_args",
             "pjrt_py.lowered",
             "pjrt_py.tracing",
+            "pjrt_py.device_trace",
+            "pjrt_py.xspace",
             "pjrt_py.memory_watch",
             "pjrt_py.toplevel",
         ),

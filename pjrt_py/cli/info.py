@@ -19,6 +19,7 @@ def chosen(found: list[Any], name: str | None) -> list[Any]:
 def command(args: argparse.Namespace) -> int:
     from .. import Client, load_plugin, plugins
     from ..programs import form as program_form
+    from ..runtime import profiler
 
     found = chosen(plugins(), args.plugin)
     if not found:
@@ -45,7 +46,9 @@ def command(args: argparse.Namespace) -> int:
             print(f"  programs reach it as {program_form.describe(plugin)}")
             extensions = plugin.extensions
             print(f"  extensions: {', '.join(extensions) or 'none'}")
-            if "profiler" not in extensions:
+            if profiler.available(plugin):
+                print("  traces: host spans and device activity (PJRT profiler extension)")
+            else:
                 print("  traces: host spans only (no PJRT profiler extension for device activity)")
             client = Client(plugin)
             print(f"  platform {client.platform_name} ({client.platform_version})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .. import _core
@@ -310,6 +311,14 @@ def encode_named_values(options: dict[str, Any]) -> tuple[Any, list[Any]]:
 
 _LOADED: dict[str, Plugin] = {}
 _LOAD_LOCK = threading.Lock()
+# Called with each plugin newly loaded (tracing starts a device profiler on it).
+LOAD_LISTENERS: list[Callable[[Plugin], None]] = []
+
+
+def loaded_plugins() -> list[Plugin]:
+    """The plugins this process has loaded (in this fork generation), in load order."""
+    with _LOAD_LOCK:
+        return [p for p in _LOADED.values() if p.generation == _core.generation()]
 
 
 def _new_load_lock() -> None:
@@ -358,7 +367,10 @@ def load_plugin(spec: str | os.PathLike[str] | None = None) -> Plugin:
     path = find_plugin(spec)
     with _LOAD_LOCK:
         plugin = _LOADED.get(path)
-        if plugin is None or plugin.generation != _core.generation():
-            plugin = Plugin(path, fresh=plugin is not None)
-            _LOADED[path] = plugin
-        return plugin
+        if plugin is not None and plugin.generation == _core.generation():
+            return plugin
+        plugin = Plugin(path, fresh=plugin is not None)
+        _LOADED[path] = plugin
+    for listener in list(LOAD_LISTENERS):
+        listener(plugin)
+    return plugin
