@@ -4,11 +4,26 @@
  * under PJRT. */
 #include "executable.h"
 
-/* Loaded(client, address): takes a PJRT_LoadedExecutable of client's. */
+/* Destroys an executable no Loaded took, made by `c` (held by the caller). */
+static void loaded_handle_destroy(pjrt_py_client* c, PJRT_LoadedExecutable* exe) {
+  if (c == NULL || !state_pjrt_allowed(c)) return; /* exiting or forked: it leaks */
+  PJRT_LoadedExecutable_Destroy_Args args = {0};
+  args.struct_size = PJRT_LoadedExecutable_Destroy_Args_STRUCT_SIZE;
+  args.executable = exe;
+  error_destroy(c->api, c->api->PJRT_LoadedExecutable_Destroy(&args));
+}
+
+/* Loaded(client, address, pin=None): takes a PJRT_LoadedExecutable of
+ * client's. `pin`: the token of the client._pin() the executable was made
+ * under; if close() ran meanwhile, the executable is destroyed through it
+ * (the pin keeps the PJRT client alive) and the call says the client is
+ * closed, as every other call racing close() does. */
 static PyObject* loaded_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   PyObject* client;
   PyObject* address;
-  if (kwargs != NULL || !PyArg_ParseTuple(args, "OO:Loaded", &client, &address)) return NULL;
+  PyObject* pin = Py_None;
+  if (kwargs != NULL || !PyArg_ParseTuple(args, "OO|O:Loaded", &client, &address, &pin))
+    return NULL;
   if (!PyObject_TypeCheck(client, ClientCoreType)) {
     PyErr_SetString(PyExc_TypeError, "Loaded takes a Client");
     return NULL;
@@ -19,8 +34,10 @@ static PyObject* loaded_new(PyTypeObject* type, PyObject* args, PyObject* kwargs
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL executable");
     return NULL;
   }
-  if (c == NULL) {
-    PyErr_SetString(PyExc_ValueError, "the client is not attached");
+  if (c == NULL) { /* closed (or never attached) while the executable was made */
+    if (pin != Py_None && PyCapsule_IsValid(pin, "pjrt_py_client"))
+      loaded_handle_destroy((pjrt_py_client*)PyCapsule_GetPointer(pin, "pjrt_py_client"), exe);
+    PyErr_SetString(PyExc_ValueError, "client is closed");
     return NULL;
   }
   LoadedObject* self = (LoadedObject*)PyType_GenericAlloc(type, 0);

@@ -238,9 +238,13 @@ class Compiler:
         **fields: Any,
     ) -> CompiledProgram:
         """Run a PJRT call that makes a loaded executable, and take it over."""
-        with client._pinned() as ptr:
-            args = client.plugin.invoke(function, client=ptr, **fields)
-            loaded = _core.Loaded(client, address(getattr(args, result)))
+        ptr, pin = client._pin()
+        try:
+            args = client.plugin.invoke(function, client=ffi.cast("PJRT_Client*", ptr), **fields)
+            # The pin lets Loaded free the executable if close() ran meanwhile.
+            loaded = _core.Loaded(client, address(getattr(args, result)), pin)
+        finally:
+            client._unpin(pin)
         return CompiledProgram(client, loaded, signature)
 
     def _compile_through_disk(
