@@ -10,7 +10,7 @@
 #ifndef PJRT_PY_COMMON_H
 #define PJRT_PY_COMMON_H
 
-#define _GNU_SOURCE 1 /* dlmopen, on_exit */
+#define _GNU_SOURCE 1 /* on_exit */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION

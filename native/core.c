@@ -106,7 +106,7 @@ static PyObject* core_live_clients(PyObject* self, PyObject* unused) {
 
 static PyMethodDef core_functions[] = {
     {"load_plugin", core_load_plugin, METH_VARARGS,
-     "load_plugin(path, fresh=False) -> PJRT_Api address"},
+     "load_plugin(path) -> PJRT_Api address"},
     {"error_from_pjrt", (PyCFunction)(void (*)(void))core_error_from_pjrt, METH_FASTCALL,
      "error_from_pjrt(api, error) -> PjrtError; destroys the PJRT_Error"},
     {"set_spin_ns", core_set_spin_ns, METH_O, "How long waits poll before blocking (ns)."},

@@ -5,7 +5,7 @@
  */
 #include "common.h"
 
-#include <dlfcn.h> /* dlmopen: _GNU_SOURCE, set by the build */
+#include <dlfcn.h>
 #include <stdio.h>
 
 static PyObject* g_errors_by_code; /* dict: code -> class */
@@ -138,38 +138,30 @@ static PyObject* core_error_from_pjrt(PyObject* self, PyObject* const* args, Py_
   return error_from_pjrt(api, error);
 }
 
-/* load_plugin(path, fresh=False) -> PJRT_Api address. dlopen'd once and
- * never closed: RTLD_LOCAL, because plugins bundle their own LLVM, protobuf,
- * ...; they must not resolve against each other or against jaxlib.
+/* load_plugin(path) -> PJRT_Api address. dlopen'd once and never closed:
+ * RTLD_LOCAL, because plugins bundle their own LLVM, protobuf, ...; they
+ * must not resolve against each other or against jaxlib.
  *
- * fresh=True loads a new instance of a library this process already has (in
- * a child of fork(): the inherited instance's threads are gone and its locks
- * may be held forever), into a new link-map namespace of its own (glibc's
- * dlmopen), so its static state starts anew. */
+ * A new instance of a library the process already has (in a child of fork())
+ * is loaded from a private copy of the file (runtime/plugin.py): dlopen
+ * tells objects apart by inode. Not dlmopen: a second link-map namespace
+ * brings a second libc, whose pthread key table is empty while the threads'
+ * key slots are shared, so the plugin's first key took slot 0, Python's
+ * GIL-state key, and cleared it on the main thread (measured on the 0.115
+ * CPU build: jaxlib then aborted at import in about 1 child in 8). */
 static PyObject* core_load_plugin(PyObject* self, PyObject* args) {
   (void)self;
   PyObject* path_obj;
-  int fresh = 0;
-  if (!PyArg_ParseTuple(args, "U|p:load_plugin", &path_obj, &fresh)) return NULL;
+  if (!PyArg_ParseTuple(args, "U:load_plugin", &path_obj)) return NULL;
   PyObject* encoded = PyUnicode_EncodeFSDefault(path_obj);
   if (encoded == NULL) return NULL;
   const char* path = PyBytes_AsString(encoded);
   char message[4096] = "";
   const PJRT_Api* api = NULL;
   if (path != NULL) {
-    void* handle = NULL;
-    if (!fresh) {
-      handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    } else {
-#ifdef __GLIBC__
-      handle = dlmopen(LM_ID_NEWLM, path, RTLD_NOW | RTLD_LOCAL);
-#else
-      snprintf(message, sizeof(message),
-               "a new instance of a plugin loaded before fork() needs glibc's dlmopen");
-#endif
-    }
+    void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (handle == NULL) {
-      if (message[0] == 0) snprintf(message, sizeof(message), "%s", dlerror());
+      snprintf(message, sizeof(message), "%s", dlerror());
     } else {
       typedef const PJRT_Api* (*get_api_fn)(void);
       get_api_fn get_api = (get_api_fn)dlsym(handle, "GetPjrtApi");

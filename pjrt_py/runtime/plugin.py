@@ -18,6 +18,7 @@ from . import process as _runtime
 from .capi import ffi, lib
 from .discovery import find_plugin
 from .errors import PluginLoadError, UnsupportedError
+from .library import load_library
 
 # Every PJRT_Api slot the build header declares -> the offset where it ends.
 _SLOT_END: dict[str, int] = {
@@ -34,9 +35,9 @@ class Plugin:
     path : str
         The plugin's shared library, loaded with ``dlopen`` (never closed).
     fresh : bool
-        Load a new instance of a library this process already loaded, in a
-        link-map namespace of its own (glibc's ``dlmopen``): what
-        ``load_plugin`` does in a child of ``os.fork()``.
+        Load a new instance of a library this process already loaded, from a
+        private copy of the file: what ``load_plugin`` does in a child of
+        ``os.fork()``.
 
     Attributes
     ----------
@@ -57,7 +58,7 @@ class Plugin:
     def __init__(self, path: str, *, fresh: bool = False) -> None:
         # PluginLoadError if it is not one. fresh: a new instance of a library
         # this process already loaded (see load_plugin).
-        self.address: int = _core.load_plugin(path, fresh)
+        self.address: int = load_library(path, fresh=fresh)
         self.path = path
         self.generation = _core.generation()  # the process (fork) it was loaded in
         self.api = ffi.cast("const PJRT_Api*", self.address)
@@ -333,11 +334,10 @@ def load_plugin(spec: str | os.PathLike[str] | None = None) -> Plugin:
     """Load (once per process) and return the plugin named by ``spec``.
 
     In a child of ``os.fork()``, a plugin the parent had loaded is loaded
-    again as a new instance (glibc's ``dlmopen``, a link-map namespace of its
-    own): the inherited one's worker threads are gone and its locks may be
+    again as a new instance, from a private copy of the file (removed once
+    mapped): the inherited one's worker threads are gone and its locks may be
     held for ever (measured: compiling in the child aborted, or hung, on all
-    three CPU plugin builds). The file is not copied. glibc allows 16
-    namespaces, so about 15 generations of forks that each load it.
+    three CPU plugin builds).
 
     Parameters
     ----------
