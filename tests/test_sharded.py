@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -87,6 +88,12 @@ def test_explicit_device_assignment_orders_the_devices(four: pjrt_py.Client) -> 
 
 
 def test_wrong_per_device_arguments_raise_clear_errors(four: pjrt_py.Client) -> None:
+    # The session's client may still be finishing an earlier test's work
+    # (seen once under load): the count below is of this test's calls only.
+    deadline = time.monotonic() + 60
+    while pjrt_py.programs.effects.running(four) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pjrt_py.programs.effects.running(four) == 0
     exe = four.compile(ALL_REDUCE_4)
     x = np.ones(3, np.float32)
     with pytest.raises(ValueError, match="4 device.*one argument list per device; got 3"):
