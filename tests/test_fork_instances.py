@@ -8,12 +8,15 @@ to. Each runs in a fresh interpreter, since a broken child can abort.
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 from conftest import ADD_F32_8, run_python
 
 import pjrt_py
+from pjrt_py.runtime import library
 
 # The child makes a client, moves data and compiles, then checks that the
 # main thread's GIL-state record is still its thread state (what
@@ -81,3 +84,29 @@ def test_without_a_usable_temporary_directory_the_copy_goes_beside_the_plugin(
     assert "child 0 56.0 True" in result.stdout, result.stdout + result.stderr[-2000:]
     assert "status 0 0" in result.stdout
     assert sorted(p.name for p in beside.iterdir()) == [own.name]
+
+
+@pytest.mark.needs_fork_children
+def test_a_copy_left_by_a_killed_process_is_removed_by_the_next_load(
+    client: pjrt_py.Client, tmp_path: Path
+) -> None:
+    # A process killed between copying and unlinking leaves its directory; a
+    # live process's directory (this one's pid) is left alone.
+    stale = tmp_path / f"{library._PREFIX}{_dead_pid()}_abc"
+    stale.mkdir()
+    (stale / "plugin.so").write_bytes(b"left behind")
+    live = tmp_path / f"{library._PREFIX}{os.getpid()}_abc"
+    live.mkdir()
+    code = GIL_STATE.format(
+        tmp=str(tmp_path), plugin=str(client.plugin.path), add=ADD_F32_8, children=1
+    )
+    result = run_python(code, timeout=300)
+    assert "child 0 56.0 True" in result.stdout, result.stdout + result.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (and was reaped)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid

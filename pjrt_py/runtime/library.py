@@ -24,6 +24,9 @@ import tempfile
 from .. import _core
 from .errors import PluginLoadError
 
+# A copy's directory: the prefix, the pid of the process that made it, "_".
+_PREFIX = ".pjrt_py_plugin_"
+
 
 def load_library(path: str, *, fresh: bool = False) -> int:
     """Load the plugin library at ``path``; return its ``PJRT_Api`` address.
@@ -53,7 +56,8 @@ def _load_new_instance(path: str) -> int:
 
 
 def _load_copy(path: str, where: str | None) -> int:
-    directory = tempfile.mkdtemp(prefix=".pjrt_py_plugin_", dir=where)
+    _sweep(where if where is not None else tempfile.gettempdir())
+    directory = tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}_", dir=where)
     copy = os.path.join(directory, os.path.basename(path))
     try:
         shutil.copyfile(path, copy)
@@ -65,3 +69,26 @@ def _load_copy(path: str, where: str | None) -> int:
             os.unlink(copy)
         with contextlib.suppress(OSError):
             os.rmdir(directory)
+
+
+def _sweep(where: str) -> None:
+    """Remove the copies that processes killed between copying and unlinking
+    left in ``where``: directories named for a pid no process has now."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(where):
+            if not entry.name.startswith(_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            pid = entry.name[len(_PREFIX) :].split("_", 1)[0]
+            if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process: alive
+    return True
