@@ -75,6 +75,25 @@ static void buffer_handle_destroy(const PJRT_Api* api, PJRT_Buffer* buffer) {
   error_destroy(api, api->PJRT_Buffer_Destroy(&args));
 }
 
+/* The PjrtError subclass for `code`'s instance for `message`, made without
+ * running Python code. PjrtError.__init__ is Python: a signal handler due at
+ * its first line (Ctrl-C that a host callback on a plugin thread passed on)
+ * raised inside it, and the caller lost the error (a failed execution's
+ * promise then gave its unwritten outputs). BaseException.__new__ sets the
+ * args; the attributes are what __init__ sets. NULL if out of memory. */
+static PyObject* error_for_code(PyObject* message, int code) {
+  PyObject* key = PyLong_FromLong(code);
+  PyObject* cls = key ? PyDict_GetItemWithError(g_errors_by_code, key) : NULL; /* borrowed */
+  if (cls == NULL && !PyErr_Occurred()) cls = g_pjrt_error;
+  PyObject* exc = cls ? PyObject_CallMethod(PyExc_BaseException, "__new__", "OO", cls, message)
+                      : NULL;
+  if (exc != NULL && (PyObject_SetAttrString(exc, "message", message) < 0 ||
+                      PyObject_SetAttrString(exc, "code", key) < 0))
+    Py_CLEAR(exc);
+  Py_XDECREF(key);
+  return exc;
+}
+
 /* A new exception for `error` (which is destroyed); NULL if that failed. */
 static PyObject* error_from_pjrt(const PJRT_Api* api, PJRT_Error* error) {
   PJRT_Error_GetCode_Args code_args = {0};
@@ -95,11 +114,7 @@ static PyObject* error_from_pjrt(const PJRT_Api* api, PJRT_Error* error) {
                                            (Py_ssize_t)message_args.message_size, "replace");
   error_destroy(api, error);
   if (message == NULL) return NULL;
-  PyObject* key = PyLong_FromLong(code);
-  PyObject* cls = key ? PyDict_GetItemWithError(g_errors_by_code, key) : NULL; /* borrowed */
-  if (cls == NULL && !PyErr_Occurred()) cls = g_pjrt_error;
-  PyObject* exc = cls ? PyObject_CallFunction(cls, "Ol", message, (long)code) : NULL;
-  Py_XDECREF(key);
+  PyObject* exc = error_for_code(message, code);
   Py_DECREF(message);
   return exc;
 }

@@ -124,11 +124,7 @@ static PyObject* prof_raise(const prof_api* p, prof_error* error, const char* wh
   PyObject* message = PyUnicode_FromFormat("profiler %s: %U", what, text);
   Py_DECREF(text);
   if (message == NULL) return NULL;
-  PyObject* key = PyLong_FromLong(code_args.code);
-  PyObject* cls = key ? PyDict_GetItemWithError(g_errors_by_code, key) : NULL; /* borrowed */
-  if (cls == NULL && !PyErr_Occurred()) cls = g_pjrt_error;
-  PyObject* exc = cls ? PyObject_CallFunction(cls, "Ol", message, (long)code_args.code) : NULL;
-  Py_XDECREF(key);
+  PyObject* exc = error_for_code(message, (int)code_args.code);
   Py_DECREF(message);
   if (exc != NULL) {
     PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);

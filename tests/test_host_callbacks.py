@@ -413,6 +413,53 @@ def test_keyboard_interrupt_in_a_callback_cancels_and_reaches_the_main_thread() 
     ]
 
 
+def test_keyboard_interrupt_in_a_callback_on_a_plugin_thread_fails_the_call() -> None:
+    # Queued behind dense work, the call runs on a plugin thread (XLA's CPU
+    # client runs a cheap program inline only when nothing is queued). The
+    # interrupt the callback passes on is due at the main thread's next check,
+    # which used to fall inside the Python constructor of the promise's
+    # CancelledError: the error was lost and the promise gave the unwritten
+    # output ("value [0.0, 0.0]"), with no interrupt.
+    result = run_python(
+        f"""
+        import threading
+        import numpy as np, pjrt_py
+        client = pjrt_py.Client()
+        on_main = []
+        def interrupted(x):
+            on_main.append(threading.current_thread() is threading.main_thread())
+            if len(on_main) == 1:
+                raise KeyboardInterrupt
+            return x
+        pjrt_py.register_callback("interrupted", interrupted, client=client)
+        exe = client.compile({unary("interrupted", "tensor<2xf32>")!r})
+        slow = client.compile({matmul_chain(256, 40)!r})
+        busy = slow.execute_async(np.eye(256, dtype=np.float32))
+        try:
+            try:
+                print("value", exe.execute_async(np.ones(2, np.float32)).to_numpy().tolist())
+            except pjrt_py.CancelledError as e:
+                print("cancelled:", "KeyboardInterrupt" in str(e))
+            for _ in range(1000):  # the interrupt is delivered at the next check
+                sum(range(100))
+            print("not interrupted")
+        except KeyboardInterrupt:
+            print("interrupted")
+        print("alive", exe.execute(np.ones(2, np.float32)).to_numpy().tolist())
+        print("first call on the main thread:", on_main[0])
+        """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.split("\n")
+    assert "first call on the main thread: False" in lines, result.stdout
+    assert lines[:2] == ["interrupted", "alive [1.0, 1.0]"] or lines[:3] == [
+        "cancelled: True",
+        "interrupted",
+        "alive [1.0, 1.0]",
+    ], result.stdout
+
+
 def test_exit_and_close_with_callbacks_in_flight_are_clean() -> None:
     result = run_python(
         f"""
