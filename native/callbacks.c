@@ -28,7 +28,7 @@ static int promise_run_callbacks(PromiseObject* p, PyObject* callbacks, int inli
         hook_callback_error ? PyObject_CallFunctionObjArgs(hook_callback_error, fn, value, NULL)
                             : NULL;
     if (reported == NULL) {
-      PyErr_Clear();
+      clear_for_fallback();
     } else {
       Py_DECREF(reported);
     }

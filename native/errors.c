@@ -22,6 +22,17 @@ static int errors_init(void) {
   return (g_errors_by_code && g_pjrt_error && g_plugin_load_error) ? 0 : -1;
 }
 
+/* PyErr_Clear before a fallback (a fast path gives way to the Python one),
+ * except that Ctrl-C is not dropped: a signal handler raises
+ * KeyboardInterrupt inside whatever Python code the attempt ran (a
+ * producer's __dlpack__), and clearing it would lose the interrupt. It is
+ * tripped again, for the next check. */
+static void clear_for_fallback(void) {
+  int interrupted = PyErr_ExceptionMatches(PyExc_KeyboardInterrupt);
+  PyErr_Clear();
+  if (interrupted) PyErr_SetInterrupt();
+}
+
 /* The name of o's type, as a str (tp_name is not in the limited API). */
 static PyObject* type_name(PyObject* o) {
   PyObject* name = PyObject_GetAttrString((PyObject*)Py_TYPE(o), "__name__");

@@ -24,7 +24,7 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
   if (kwnames != NULL || self->blocked || loaded == NULL || expect == NULL ||
       self->num_devices != 1 || nargs != PyTuple_Size(expect) || nargs > PJRT_PY_STACK_ARGS ||
       state_check_usable(loaded->c, "executable") < 0) {
-    PyErr_Clear();
+    clear_for_fallback();
     return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
   }
   BufferObject* buffers[PJRT_PY_STACK_ARGS];
@@ -46,7 +46,7 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
     /* Python may have run (a producer's __dlpack__): check again before the call. */
     if (buffers[i] == NULL || (ran_python && state_check_usable(loaded->c, "executable") < 0) ||
         self->loaded != loaded) {
-      PyErr_Clear();
+      clear_for_fallback();
       for (Py_ssize_t v = 0; v < n_owned; ++v) Py_DECREF(owned[v]);
       return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
     }

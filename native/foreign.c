@@ -85,7 +85,7 @@ static int foreign_lazy_bits(PyObject* arg) {
     int torch = module != NULL && PyUnicode_Check(module) &&
                 PyUnicode_Tailmatch(module, g_lazy_torch_prefix, 0, 5, -1) == 1;
     Py_XDECREF(module);
-    PyErr_Clear();
+    clear_for_fallback();
     Py_INCREF(type);
     PJRT_PY_SETREF(g_lazy_type, type);
     g_lazy_type_torch = torch;
@@ -96,7 +96,7 @@ static int foreign_lazy_bits(PyObject* arg) {
     int set = answer == Py_True;
     Py_XDECREF(answer);
     if (answer == NULL) {
-      PyErr_Clear();
+      clear_for_fallback();
       return 1; /* the Python path asks again, and explains */
     }
     if (set) return 1;
@@ -115,7 +115,7 @@ static BufferObject* foreign_argument(PyObject* arg, PyObject* client, pjrt_py_c
   if (foreign_lazy_bits(arg)) return NULL;
   PyObject* method = PyObject_GetAttr(arg, g_dlpack_name);
   if (method == NULL) {
-    PyErr_Clear();
+    clear_for_fallback();
     return NULL;
   }
   PyObject* capsule = PyObject_Call(method, g_empty_tuple, g_dlpack_kwargs);
@@ -123,7 +123,7 @@ static BufferObject* foreign_argument(PyObject* arg, PyObject* client, pjrt_py_c
   TensorObject* tensor = capsule ? (TensorObject*)core_dlpack_unpack(NULL, capsule) : NULL;
   Py_XDECREF(capsule);
   if (tensor == NULL) {
-    PyErr_Clear();
+    clear_for_fallback();
     return NULL;
   }
   int type;

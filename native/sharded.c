@@ -116,7 +116,7 @@ static int sharded_fast(ExecutableCoreObject* self, PyObject* const* args, Py_ss
     }
   }
 done:
-  if (!took) PyErr_Clear();
+  if (!took) clear_for_fallback();
   for (size_t i = 0; i < taken; ++i) Py_DECREF(bufs[i]);
   if (!small) {
     PyMem_Free(bufs);

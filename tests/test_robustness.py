@@ -425,6 +425,42 @@ def test_ctrl_c_interrupts_every_blocking_wait_promptly_and_work_goes_on() -> No
     assert wall < 30
 
 
+def test_ctrl_c_inside_a_producers_dlpack_is_not_lost_when_the_fast_path_gives_way() -> None:
+    # The native dispatch path calls a foreign argument's __dlpack__; when
+    # that fails it gives way to the Python path, which asks again. Ctrl-C
+    # landing in the first call must still interrupt the program, not be
+    # cleared with the failure.
+    result, _ = run_clean(
+        textwrap.dedent(f"""
+        import numpy as np, pjrt_py
+        c = pjrt_py.Client()
+        exe = c.compile({ADD_F32_8!r})
+        x = np.arange(8, dtype=np.float32)
+        class Once:
+            calls = 0
+            def __dlpack__(self, **kwargs):
+                Once.calls += 1
+                if Once.calls == 1:
+                    raise KeyboardInterrupt
+                return x.__dlpack__(**kwargs)
+            def __dlpack_device__(self):
+                return x.__dlpack_device__()
+        try:
+            out = exe.execute_async(Once(), x).value().to_numpy()
+            for _ in range(1000):  # a pending interrupt is delivered at the next check
+                sum(range(100))
+            print("not interrupted", out.sum(), Once.calls)
+        except KeyboardInterrupt:
+            print("interrupted", Once.calls)
+        print("alive", exe.execute(x, x).to_numpy().sum())
+        """)
+        + FAST_EXIT
+    )
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("interrupted"), result.stdout
+    assert lines[1] == "alive 56.0"
+
+
 # ---------------------------------------------------------------------------
 # Fork and multiprocessing
 # ---------------------------------------------------------------------------
