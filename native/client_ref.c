@@ -29,7 +29,7 @@ static pjrt_py_client* client_new(const PJRT_Api* api, PJRT_Client* client, int 
   c->cpu = cpu;
   c->generation = g_generation;
   pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv, NULL);
+  cond_init(&c->cv);
   c->oldest = c->newest = e;
   registry_add(c);
   return c;

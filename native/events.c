@@ -115,8 +115,29 @@ static void waiter_ready(PJRT_Error* error, void* arg) {
   waiter_release(w);
 }
 
+/* The clock of every timed wait on a condition variable made by cond_init.
+ * Monotonic where the C library can say so: a wall-clock step (NTP on a
+ * virtual machine) would stretch a 20 ms slice, and with it the time before
+ * Ctrl-C is seen, by the size of the step. */
+#if defined(__linux__)
+#define PJRT_PY_WAIT_CLOCK CLOCK_MONOTONIC
+#else
+#define PJRT_PY_WAIT_CLOCK CLOCK_REALTIME
+#endif
+
+/* A condition variable whose timed waits take deadline_in's deadlines. */
+static void cond_init(pthread_cond_t* cv) {
+  pthread_condattr_t attr;
+  pthread_condattr_init(&attr);
+#if defined(__linux__)
+  pthread_condattr_setclock(&attr, PJRT_PY_WAIT_CLOCK);
+#endif
+  pthread_cond_init(cv, &attr);
+  pthread_condattr_destroy(&attr);
+}
+
 static void deadline_in(struct timespec* ts, long ns) {
-  clock_gettime(CLOCK_REALTIME, ts);
+  clock_gettime(PJRT_PY_WAIT_CLOCK, ts);
   ts->tv_sec += ns / 1000000000L;
   ts->tv_nsec += ns % 1000000000L;
   if (ts->tv_nsec >= 1000000000L) {
@@ -165,7 +186,7 @@ static int wait_event(const PJRT_Api* api, PJRT_Event* event, double timeout) {
   }
   w->api = api;
   pthread_mutex_init(&w->mu, NULL);
-  pthread_cond_init(&w->cv, NULL);
+  cond_init(&w->cv);
   w->refs = 2;
   PJRT_Error* error = event_on_ready(api, event, waiter_ready, w);
   if (error != NULL) { /* no callback will come: poll instead */

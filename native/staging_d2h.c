@@ -327,7 +327,7 @@ static PyObject* staged_from_device(BufferObject* b, PyObject* array, size_t ndi
     return NULL;
   }
   pthread_mutex_init(&j->mu, NULL);
-  pthread_cond_init(&j->cv, NULL);
+  cond_init(&j->cv);
   j->refs = 2; /* the promise's and the pipeline's */
   j->ring = r;
   j->c = c;

@@ -266,7 +266,7 @@ static PyObject* core_staging_configure(PyObject* self, PyObject* args) {
     r = (staging_ring*)calloc(1, sizeof(*r));
     if (r == NULL) return PyErr_NoMemory();
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    cond_init(&r->cv);
     r->c = c;
     c->staging = r;
   }
