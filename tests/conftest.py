@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -448,14 +449,33 @@ def in_threads(fn: Callable[[int], object], count: int, timeout: float = 60) -> 
 
 
 def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run code in a fresh interpreter (for exits, aborts and crashes)."""
-    return subprocess.run(
+    """Run code in a fresh interpreter (for exits, aborts and crashes).
+
+    A child still running after ``timeout`` seconds gets SIGABRT first, so
+    that faulthandler prints where every thread is, then SIGKILL; the
+    AssertionError then says what the child wrote.
+    """
+    child = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         env={**os.environ, "PYTHONFAULTHANDLER": "1"},
     )
+    try:
+        out, err = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        child.send_signal(signal.SIGABRT)
+        try:
+            out, err = child.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            out, err = child.communicate()
+        raise AssertionError(
+            f"the child ran past {timeout} s; its stdout:\n{out[-3000:]}\n"
+            f"its stderr (faulthandler's report of every thread last):\n{err[-6000:]}"
+        ) from None
+    return subprocess.CompletedProcess(child.args, child.returncode, out, err)
 
 
 def build_so(tmp_path: Path, name: str, source: str, include_header: bool = False) -> Path:
