@@ -70,6 +70,7 @@ static PyObject* type_name(PyObject* o);
 static PyObject* error_from_pjrt(const PJRT_Api* api, PJRT_Error* error);
 static PyObject* raise_pjrt(const PJRT_Api* api, PJRT_Error* error);
 static void clear_for_fallback(void);
+static PyObject* error_take(void);
 static void error_destroy(const PJRT_Api* api, PJRT_Error* error);
 static void buffer_handle_destroy(const PJRT_Api* api, PJRT_Buffer* buffer);
 static PyObject* call_python_method(PyObject* self, const char* name, PyObject* const* args,

@@ -22,6 +22,16 @@ static int errors_init(void) {
   return (g_errors_by_code && g_pjrt_error && g_plugin_load_error) ? 0 : -1;
 }
 
+/* The exception now set, taken from the interpreter (NULL if none). */
+static PyObject* error_take(void) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  return value;
+}
+
 /* PyErr_Clear before a fallback (a fast path gives way to the Python one),
  * except that Ctrl-C is not dropped: a signal handler raises
  * KeyboardInterrupt inside whatever Python code the attempt ran (a

@@ -274,14 +274,8 @@ static void promise_harvest(PromiseObject* p) {
     PJRT_Error* error = event_error(p->api, p->events[i]);
     if (error == NULL) continue;
     PyObject* exc = error_from_pjrt(p->api, error);
-    if (exc == NULL) { /* out of memory: that is the failure; never a success */
-      PyObject *type, *tb;
-      PyErr_Fetch(&type, &exc, &tb);
-      PyErr_NormalizeException(&type, &exc, &tb);
-      Py_XDECREF(type);
-      Py_XDECREF(tb);
-      if (exc == NULL) continue;
-    }
+    if (exc == NULL) exc = error_take(); /* out of memory: still a failure, never a success */
+    if (exc == NULL) continue;
     if (p->error == NULL) {
       p->error = exc;
     } else {

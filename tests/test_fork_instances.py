@@ -1,9 +1,10 @@
 """A forked child's new instance of a plugin the parent had loaded.
 
-The child loads the plugin again from a private copy of the file
-(``pjrt_py.runtime.library``). These tests pin what that must not break:
-Python's own per-thread state, the files it leaves, and where it falls back
-to. Each runs in a fresh interpreter, since a broken child can abort.
+The child loads the plugin again from a copy of the file that all such
+children share (``pjrt_py.runtime.library``). These tests pin what that must
+not break: Python's own per-thread state, how many copies are written and
+where, and the fallbacks. Each runs in a fresh interpreter, since a broken
+child can abort.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from conftest import ADD_F32_8, run_python
 import pjrt_py
 from pjrt_py.runtime import library
 
-# The child makes a client, moves data and compiles, then checks that the
-# main thread's GIL-state record is still its thread state (what
-# PyGILState_Check tests; nanobind in jaxlib aborts when it is not). With a
-# second C library in the process (glibc's dlmopen) the 0.115 build cleared
-# it in about one child in eight, so several generations are forked.
-GIL_STATE = """
+# The children make a client, move data and compile, then check that the main
+# thread's GIL-state record is still its thread state (what PyGILState_Check
+# tests; nanobind in jaxlib aborts when it is not). With a second C library
+# in the process (glibc's dlmopen) the 0.115 build cleared it in about one
+# child in eight, so several are forked. With `depth` 2 each child forks a
+# grandchild that does the same.
+FORKS = """
 import ctypes, os, sys, tempfile
 import numpy as np, pjrt_py
 tempfile.tempdir = {tmp!r}
@@ -31,78 +33,128 @@ api = ctypes.pythonapi
 api.PyGILState_GetThisThreadState.restype = ctypes.c_void_p
 api.PyThreadState_Get.restype = ctypes.c_void_p
 x = np.arange(8, dtype=np.float32)
-parent = pjrt_py.Client({plugin!r})
-parent.buffer(x).to_numpy()
-sys.stdout.flush()
-for generation in range({children}):
+
+def use(label):
+    c = pjrt_py.Client({plugin!r})
+    total = c.compile({add!r}).execute(x, c.buffer(x)).to_numpy().sum()
+    same = api.PyGILState_GetThisThreadState() == api.PyThreadState_Get()
+    print(label, total, same, c.plugin.instance, flush=True)
+    return same
+
+def fork(label, depth):
     pid = os.fork()
     if pid == 0:
-        c = pjrt_py.Client({plugin!r})
-        total = c.compile({add!r}).execute(x, c.buffer(x)).to_numpy().sum()
-        same = api.PyGILState_GetThisThreadState() == api.PyThreadState_Get()
-        print("child", generation, total, same, flush=True)
-        os._exit(0 if same else 3)
+        ok = use(label)
+        if depth > 1:
+            ok = fork(label + ".1", depth - 1) and ok
+        os._exit(0 if ok else 3)
     _, status = os.waitpid(pid, 0)
-    print("status", generation, status, flush=True)
+    return status == 0
+
+use("parent")
+sys.stdout.flush()
+results = [fork(f"child{{g}}", {depth}) for g in range({children})]
+print("all children ok", all(results), flush=True)
 """
 
 
-@pytest.mark.needs_fork_children
-def test_a_new_instance_keeps_pythons_thread_state(client: pjrt_py.Client, tmp_path: Path) -> None:
-    children = 12
-    code = GIL_STATE.format(
-        tmp=str(tmp_path), plugin=str(client.plugin.path), add=ADD_F32_8, children=children
+def run_forks(
+    client: pjrt_py.Client, tmp: Path, copies: Path, children: int, depth: int = 1, plugin: str = ""
+) -> list[str]:
+    code = f"import os\nos.environ[{library.ENV_DIR!r}] = {str(copies)!r}\n" + FORKS.format(
+        tmp=str(tmp),
+        plugin=plugin or str(client.plugin.path),
+        add=ADD_F32_8,
+        children=children,
+        depth=depth,
     )
     result = run_python(code, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    lines = result.stdout.splitlines()
-    assert [f"child {g} 56.0 True" for g in range(children)] == [
-        line for line in lines if line.startswith("child")
-    ], result.stdout + result.stderr[-2000:]
-    assert [f"status {g} 0" for g in range(children)] == [
-        line for line in lines if line.startswith("status")
-    ]
-    # The copies were unlinked once mapped: nothing is left behind.
-    assert list(tmp_path.iterdir()) == []
+    assert "all children ok True" in result.stdout, result.stdout + result.stderr[-2000:]
+    return result.stdout.splitlines()
 
 
 @pytest.mark.needs_fork_children
-def test_without_a_usable_temporary_directory_the_copy_goes_beside_the_plugin(
+def test_children_keep_pythons_thread_state_and_share_one_copy(
+    client: pjrt_py.Client, tmp_path: Path
+) -> None:
+    copies = tmp_path / "copies"
+    lines = run_forks(client, tmp_path, copies, children=12)
+    assert [line for line in lines if line.startswith("child")] == [
+        f"child{g} 56.0 True 1" for g in range(12)
+    ]
+    # Twelve children, one copy between them, and nothing half-written.
+    name = library.copy_name(str(client.plugin.path), 1)
+    assert sorted(p.name for p in copies.iterdir()) == [name]
+    # A later run loads the same copy: nothing is written again.
+    before = (copies / name).stat().st_mtime_ns
+    run_forks(client, tmp_path, copies, children=1)
+    assert sorted(p.name for p in copies.iterdir()) == [name]
+    assert (copies / name).stat().st_mtime_ns == before
+
+
+@pytest.mark.needs_fork_children
+def test_a_grandchild_loads_a_third_instance(client: pjrt_py.Client, tmp_path: Path) -> None:
+    copies = tmp_path / "copies"
+    lines = run_forks(client, tmp_path, copies, children=2, depth=2)
+    assert [line for line in lines if line.startswith("child")] == [
+        "child0 56.0 True 1",
+        "child0.1 56.0 True 2",
+        "child1 56.0 True 1",
+        "child1.1 56.0 True 2",
+    ]
+    path = str(client.plugin.path)
+    assert sorted(p.name for p in copies.iterdir()) == sorted(
+        [library.copy_name(path, 1), library.copy_name(path, 2)]
+    )
+
+
+@pytest.mark.needs_fork_children
+def test_an_unusable_copy_directory_falls_back_to_the_temporary_one(
+    client: pjrt_py.Client, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "a-file"  # not a directory: nothing can be written under it
+    blocked.write_text("")
+    run_forks(client, tmp_path, blocked / "copies", children=1)
+    kept = tmp_path / "pjrt_py_plugins"
+    assert sorted(p.name for p in kept.iterdir()) == [library.copy_name(str(client.plugin.path), 1)]
+
+
+@pytest.mark.needs_fork_children
+def test_with_no_usable_directory_a_copy_beside_the_plugin_is_loaded_and_removed(
     client: pjrt_py.Client, tmp_path: Path
 ) -> None:
     # The plugin is loaded from a directory of the test's own, so the copy
-    # beside it can be watched; the temporary directory does not exist.
+    # beside it can be watched; neither copy directory can be made.
     beside = tmp_path / "plugin"
     beside.mkdir()
     own = beside / Path(client.plugin.path).name
     own.write_bytes(Path(client.plugin.path).read_bytes())
-    code = GIL_STATE.format(
-        tmp=str(tmp_path / "missing"), plugin=str(own), add=ADD_F32_8, children=1
-    )
-    result = run_python(code, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "child 0 56.0 True" in result.stdout, result.stdout + result.stderr[-2000:]
-    assert "status 0 0" in result.stdout
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    run_forks(client, blocked, blocked / "copies", children=1, plugin=str(own))
     assert sorted(p.name for p in beside.iterdir()) == [own.name]
 
 
 @pytest.mark.needs_fork_children
-def test_a_copy_left_by_a_killed_process_is_removed_by_the_next_load(
+def test_writing_a_copy_removes_older_versions_and_dead_writers_leftovers(
     client: pjrt_py.Client, tmp_path: Path
 ) -> None:
-    # A process killed between copying and unlinking leaves its directory; a
-    # live process's directory (this one's pid) is left alone.
-    stale = tmp_path / f"{library._PREFIX}{_dead_pid()}_abc"
-    stale.mkdir()
-    (stale / "plugin.so").write_bytes(b"left behind")
-    live = tmp_path / f"{library._PREFIX}{os.getpid()}_abc"
-    live.mkdir()
-    code = GIL_STATE.format(
-        tmp=str(tmp_path), plugin=str(client.plugin.path), add=ADD_F32_8, children=1
-    )
-    result = run_python(code, timeout=300)
-    assert "child 0 56.0 True" in result.stdout, result.stdout + result.stderr[-2000:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == [live.name]
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    path = str(client.plugin.path)
+    name = library.copy_name(path, 1)
+    place = name.rsplit("-", 2)[0]  # the same original file, another version
+    older = copies / f"{place}-000000000000-1.so"
+    older.write_bytes(b"an older build")
+    other = copies / "another-plugin.pjrt_py-000000000000-000000000000-1.so"
+    other.write_bytes(b"another file's copy")
+    dead = copies / f"{library._PREFIX}{_dead_pid()}_abc"
+    dead.write_bytes(b"half written")
+    live = copies / f"{library._PREFIX}{os.getpid()}_abc"
+    live.write_bytes(b"being written")
+    run_forks(client, tmp_path, copies, children=1)
+    assert sorted(p.name for p in copies.iterdir()) == sorted([name, other.name, live.name])
 
 
 def _dead_pid() -> int:

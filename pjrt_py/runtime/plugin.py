@@ -34,10 +34,11 @@ class Plugin:
     ----------
     path : str
         The plugin's shared library, loaded with ``dlopen`` (never closed).
-    fresh : bool
-        Load a new instance of a library this process already loaded, from a
-        private copy of the file: what ``load_plugin`` does in a child of
-        ``os.fork()``.
+    instance : int
+        0 for the library itself; n > 0 for the n-th new instance of a library
+        the process already has, loaded from a copy of the file: what
+        ``load_plugin`` does in a child of ``os.fork()`` (see
+        ``pjrt_py.runtime.library``).
 
     Attributes
     ----------
@@ -45,6 +46,8 @@ class Plugin:
         The shared library.
     api_version : tuple[int, int]
         ``(major, minor)`` of the PJRT C API the plugin was built with.
+    instance : int
+        Which instance of the library this is (0: the file itself).
 
     Raises
     ------
@@ -55,10 +58,10 @@ class Plugin:
         If the plugin fails to initialise (``PJRT_Plugin_Initialize``).
     """
 
-    def __init__(self, path: str, *, fresh: bool = False) -> None:
-        # PluginLoadError if it is not one. fresh: a new instance of a library
-        # this process already loaded (see load_plugin).
-        self.address: int = load_library(path, fresh=fresh)
+    def __init__(self, path: str, *, instance: int = 0) -> None:
+        # PluginLoadError if it is not one.
+        self.address: int = load_library(path, instance=instance)
+        self.instance = instance
         self.path = path
         self.generation = _core.generation()  # the process (fork) it was loaded in
         self.api = ffi.cast("const PJRT_Api*", self.address)
@@ -334,10 +337,10 @@ def load_plugin(spec: str | os.PathLike[str] | None = None) -> Plugin:
     """Load (once per process) and return the plugin named by ``spec``.
 
     In a child of ``os.fork()``, a plugin the parent had loaded is loaded
-    again as a new instance, from a private copy of the file (removed once
-    mapped): the inherited one's worker threads are gone and its locks may be
-    held for ever (measured: compiling in the child aborted, or hung, on all
-    three CPU plugin builds).
+    again as a new instance, from a copy of the file that every such child
+    shares (``pjrt_py.runtime.library``): the inherited one's worker threads
+    are gone and its locks may be held for ever (measured: compiling in the
+    child aborted, or hung, on all three CPU plugin builds).
 
     Parameters
     ----------
@@ -369,7 +372,7 @@ def load_plugin(spec: str | os.PathLike[str] | None = None) -> Plugin:
         plugin = _LOADED.get(path)
         if plugin is not None and plugin.generation == _core.generation():
             return plugin
-        plugin = Plugin(path, fresh=plugin is not None)
+        plugin = Plugin(path, instance=0 if plugin is None else plugin.instance + 1)
         _LOADED[path] = plugin
     for listener in list(LOAD_LISTENERS):
         listener(plugin)
