@@ -374,6 +374,13 @@ CAPABILITY_MARKERS = {
 def pytest_configure(config: pytest.Config) -> None:
     for signature, meaning in CAPABILITY_MARKERS.items():
         config.addinivalue_line("markers", f"{signature}: {meaning} (skipped with a reason)")
+    # A shell that starts the suite in the background (`pytest &`, nohup)
+    # makes it ignore SIGINT, and every child inherits that: Python then
+    # installs no KeyboardInterrupt handler, and the tests of Ctrl-C (real
+    # signals, and interrupts passed on from plugin threads) see none. With
+    # a handler here, exec gives each child the default action back.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
