@@ -162,3 +162,47 @@ def _dead_pid() -> int:
     child = subprocess.Popen(["true"])
     child.wait()
     return child.pid
+
+
+RACE = """
+import os, sys
+import numpy as np, pjrt_py
+os.environ[{env!r}] = {copies!r}
+x = np.arange(8, dtype=np.float32)
+parent = pjrt_py.Client({plugin!r})
+parent.buffer(x).to_numpy()
+sys.stdout.flush()
+pids = []
+for k in range({children}):  # all at once: none finds a copy, all write one
+    pid = os.fork()
+    if pid == 0:
+        c = pjrt_py.Client({plugin!r})
+        ok = c.compile({add!r}).execute(x, x).to_numpy().sum() == 56.0
+        os._exit(0 if ok else 3)
+    pids.append(pid)
+print("statuses", sorted(os.waitpid(p, 0)[1] for p in pids), flush=True)
+"""
+
+
+@pytest.mark.needs_fork_children
+def test_children_racing_to_write_the_first_copy_all_load_one(
+    client: pjrt_py.Client, tmp_path: Path
+) -> None:
+    children = 6
+    for round_ in range(3):
+        copies = tmp_path / f"copies{round_}"
+        code = RACE.format(
+            env=library.ENV_DIR,
+            copies=str(copies),
+            plugin=str(client.plugin.path),
+            add=ADD_F32_8,
+            children=children,
+        )
+        result = run_python(code, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f"statuses {[0] * children}" in result.stdout, result.stdout + result.stderr[-2000:]
+        # Each racer renamed a whole copy into place; one name is left, and
+        # no half-written file.
+        assert sorted(p.name for p in copies.iterdir()) == [
+            library.copy_name(str(client.plugin.path), 1)
+        ]
