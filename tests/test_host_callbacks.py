@@ -375,51 +375,16 @@ def test_waiting_inside_a_callback_raises_instead_of_deadlocking() -> None:
     assert set(lines[:-1]) <= {"ran", "refused"} and "refused" in lines
 
 
-def test_keyboard_interrupt_in_a_callback_cancels_and_reaches_the_main_thread() -> None:
-    result = run_python(
-        f"""
-        import numpy as np, pjrt_py
-        client = pjrt_py.Client()
-        calls = []
-        def interrupted(x):
-            calls.append(1)
-            if len(calls) == 1:
-                raise KeyboardInterrupt
-            return x
-        pjrt_py.register_callback("interrupted", interrupted, client=client)
-        exe = client.compile({unary("interrupted", "tensor<2xf32>")!r})
-        try:
-            try:
-                exe.execute(np.ones(2, np.float32)).to_numpy()
-            except pjrt_py.CancelledError as e:
-                print("cancelled:", "KeyboardInterrupt" in str(e))
-            for _ in range(1000):  # the interrupt is delivered at the next check
-                sum(range(100))
-            print("not interrupted")
-        except KeyboardInterrupt:
-            print("interrupted")
-        print("alive", exe.execute(np.ones(2, np.float32)).to_numpy().tolist())
-        """,
-        timeout=60,
+def interrupted_in_a_callback(queued: bool) -> list[str]:
+    """Run a program whose callback raises KeyboardInterrupt on its first
+    call (``queued``: behind dense work); the child's output lines, checked
+    for what must hold either way."""
+    queue = (
+        f"busy = client.compile({matmul_chain(256, 40)!r})"
+        ".execute_async(np.eye(256, dtype=np.float32))"
+        if queued
+        else ""
     )
-    assert result.returncode == 0, result.stdout + result.stderr
-    lines = result.stdout.split("\n")
-    # Inline at dispatch, the interrupt reaches the main thread at once; run
-    # on a plugin thread, the promise first raises CancelledError.
-    assert lines[:2] == ["interrupted", "alive [1.0, 1.0]"] or lines[:3] == [
-        "cancelled: True",
-        "interrupted",
-        "alive [1.0, 1.0]",
-    ]
-
-
-def test_keyboard_interrupt_in_a_callback_on_a_plugin_thread_fails_the_call() -> None:
-    # Queued behind dense work, the call runs on a plugin thread (XLA's CPU
-    # client runs a cheap program inline only when nothing is queued). The
-    # interrupt the callback passes on is due at the main thread's next check,
-    # which used to fall inside the Python constructor of the promise's
-    # CancelledError: the error was lost and the promise gave the unwritten
-    # output ("value [0.0, 0.0]"), with no interrupt.
     result = run_python(
         f"""
         import threading
@@ -433,11 +398,10 @@ def test_keyboard_interrupt_in_a_callback_on_a_plugin_thread_fails_the_call() ->
             return x
         pjrt_py.register_callback("interrupted", interrupted, client=client)
         exe = client.compile({unary("interrupted", "tensor<2xf32>")!r})
-        slow = client.compile({matmul_chain(256, 40)!r})
-        busy = slow.execute_async(np.eye(256, dtype=np.float32))
+        {queue}
         try:
             try:
-                print("value", exe.execute_async(np.ones(2, np.float32)).to_numpy().tolist())
+                print("value", exe.execute(np.ones(2, np.float32)).to_numpy().tolist())
             except pjrt_py.CancelledError as e:
                 print("cancelled:", "KeyboardInterrupt" in str(e))
             for _ in range(1000):  # the interrupt is delivered at the next check
@@ -452,12 +416,30 @@ def test_keyboard_interrupt_in_a_callback_on_a_plugin_thread_fails_the_call() ->
     )
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.split("\n")
-    assert "first call on the main thread: False" in lines, result.stdout
+    # Inline at dispatch, the interrupt reaches the main thread at once; run
+    # on a plugin thread, the promise first raises CancelledError. Never a
+    # value, never a lost interrupt.
     assert lines[:2] == ["interrupted", "alive [1.0, 1.0]"] or lines[:3] == [
         "cancelled: True",
         "interrupted",
         "alive [1.0, 1.0]",
     ], result.stdout
+    return lines
+
+
+def test_keyboard_interrupt_in_a_callback_cancels_and_reaches_the_main_thread() -> None:
+    interrupted_in_a_callback(queued=False)
+
+
+def test_keyboard_interrupt_in_a_callback_on_a_plugin_thread_fails_the_call() -> None:
+    # Queued behind dense work, the call runs on a plugin thread (XLA's CPU
+    # client runs a cheap program inline only when nothing is queued). The
+    # interrupt the callback passes on is due at the main thread's next check,
+    # which used to fall inside the Python constructor of the promise's
+    # CancelledError: the error was lost and the promise gave the unwritten
+    # output ("value [0.0, 0.0]"), with no interrupt.
+    lines = interrupted_in_a_callback(queued=True)
+    assert "first call on the main thread: False" in lines, lines
 
 
 def test_exit_and_close_with_callbacks_in_flight_are_clean() -> None:
