@@ -179,8 +179,8 @@ static PyObject* core_error_from_pjrt(PyObject* self, PyObject* const* args, Py_
  * must not resolve against each other or against jaxlib.
  *
  * A new instance of a library the process already has (in a child of fork())
- * is loaded from a private copy of the file (runtime/plugin.py): dlopen
- * tells objects apart by inode. Not dlmopen: a second link-map namespace
+ * is loaded from a copy of the file (runtime/library.py): dlopen tells
+ * objects apart by inode. Not dlmopen: a second link-map namespace
  * brings a second libc, whose pthread key table is empty while the threads'
  * key slots are shared, so the plugin's first key took slot 0, Python's
  * GIL-state key, and cleared it on the main thread (measured on the 0.115

@@ -54,10 +54,11 @@ def load_library(path: str, *, instance: int = 0) -> int:
     """
     if instance == 0:
         return int(_core.load_plugin(path))
+    name = copy_name(path, instance)
     failures = []
     for directory in copy_directories():
         try:
-            return int(_core.load_plugin(_shared_copy(path, directory, instance)))
+            return int(_core.load_plugin(_shared_copy(path, directory, name)))
         except (OSError, PluginLoadError) as e:
             failures.append(f"in {directory}: {e}")
     try:
@@ -89,10 +90,9 @@ def copy_name(path: str, instance: int) -> str:
     return f"{stem}.pjrt_py-{where}-{digest}-{instance}{ext}"
 
 
-def _shared_copy(path: str, directory: str, instance: int) -> str:
-    """The kept copy of ``path`` for ``instance`` in ``directory``, written
-    now if it is not there."""
-    name = copy_name(path, instance)
+def _shared_copy(path: str, directory: str, name: str) -> str:
+    """The kept copy of ``path`` in ``directory`` under ``name`` (its
+    ``copy_name``), written now if it is not there."""
     copy = os.path.join(directory, name)
     if os.path.isfile(copy) and os.path.getsize(copy) == os.path.getsize(path):
         return copy
