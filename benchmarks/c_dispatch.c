@@ -6,16 +6,8 @@
  * devices at once; and a chain of executions, each on the last one's output.
  * Built at run time by the benchmarks (and tools/callgrind_per_call.py). */
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-#include "pjrt_c_api.h"
-
-static double now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
+#include "c_common.h"
 
 /* Runs `iterations` dispatches and returns the mean ns per call (or -1 on a
  * PJRT error). With `completion_event` (a constant at each call site, so
@@ -82,23 +74,6 @@ double c_dispatch_loop_event(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJ
 
 /* ---- several devices, and chains (benchmarks/sharded.py) ------------------------- */
 
-static void destroy_event(const PJRT_Api* api, PJRT_Event* event) {
-  if (event == NULL) return;
-  PJRT_Event_Destroy_Args e;
-  memset(&e, 0, sizeof(e));
-  e.struct_size = PJRT_Event_Destroy_Args_STRUCT_SIZE;
-  e.event = event;
-  api->PJRT_Event_Destroy(&e);
-}
-
-static void destroy_buffer(const PJRT_Api* api, PJRT_Buffer* buffer) {
-  PJRT_Buffer_Destroy_Args d;
-  memset(&d, 0, sizeof(d));
-  d.struct_size = PJRT_Buffer_Destroy_Args_STRUCT_SIZE;
-  d.buffer = buffer;
-  api->PJRT_Buffer_Destroy(&d);
-}
-
 static void await_event(const PJRT_Api* api, PJRT_Event* event) {
   if (event == NULL) return;
   PJRT_Event_Await_Args w;
@@ -144,7 +119,7 @@ static int execute_rows(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJRT_Bu
   if (api->PJRT_LoadedExecutable_Execute(&a) != NULL) return -1;
   for (size_t d = 0; d < num_devices; ++d) {
     if (wait) await_event(api, events[d]);
-    destroy_event(api, events[d]);
+    event_destroy(api, events[d]);
   }
   return 0;
 }
@@ -170,7 +145,7 @@ double c_sharded_loop_event(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJR
     if (execute_rows(api, exe, args, num_devices, num_args, outputs, num_outputs, arg_lists,
                      output_lists, events, &options, i == iterations - 1) < 0)
       goto done;
-    for (size_t o = 0; o < num_devices * num_outputs; ++o) destroy_buffer(api, outputs[o]);
+    for (size_t o = 0; o < num_devices * num_outputs; ++o) buffer_destroy(api, outputs[o]);
   }
   result = (now_ns() - start) / (double)iterations;
 done:
@@ -204,10 +179,10 @@ double c_chain_loop_event(const PJRT_Api* api, PJRT_LoadedExecutable* exe, PJRT_
       if (execute_rows(api, exe, args, 1, 2, &out, 1, arg_lists, output_lists, events, &options,
                        i == iterations - 1 && s == stages - 1) < 0)
         return -1.0;
-      if (held != NULL) destroy_buffer(api, held);
+      if (held != NULL) buffer_destroy(api, held);
       held = out;
     }
-    if (held != NULL) destroy_buffer(api, held);
+    if (held != NULL) buffer_destroy(api, held);
   }
   return (now_ns() - start) / (double)iterations;
 }
