@@ -29,14 +29,11 @@ static int buffer_live(BufferObject* b) {
 /* A Buffer for a handle whose bytes are not counted here: a view of memory
  * someone else owns, or a handle counted already (its owner moves its tag in).
  * Takes `buf` (a PJRT_Buffer of c) and a new reference on c. On failure the
- * handle is destroyed and NULL returned. */
-static BufferObject* buffer_wrap_uncounted(PyObject* client, pjrt_py_client* c, PJRT_Buffer* buf,
-                                           PyObject* meta) {
+ * handle is left to the caller (still theirs) and NULL returned. */
+static BufferObject* buffer_wrap_or_leave(PyObject* client, pjrt_py_client* c, PJRT_Buffer* buf,
+                                          PyObject* meta) {
   BufferObject* b = PyObject_GC_New(BufferObject, BufferType);
-  if (b == NULL) {
-    buffer_handle_destroy(c->api, buf);
-    return NULL;
-  }
+  if (b == NULL) return NULL;
   client_ref(c);
   b->buf = buf;
   b->c = c;
@@ -56,6 +53,14 @@ static BufferObject* buffer_wrap_uncounted(PyObject* client, pjrt_py_client* c, 
   b->host_aliased = 0;
   b->row_major = 0;
   PyObject_GC_Track(b);
+  return b;
+}
+
+/* As buffer_wrap_or_leave, but on failure the handle is destroyed. */
+static BufferObject* buffer_wrap_uncounted(PyObject* client, pjrt_py_client* c, PJRT_Buffer* buf,
+                                           PyObject* meta) {
+  BufferObject* b = buffer_wrap_or_leave(client, c, buf, meta);
+  if (b == NULL) buffer_handle_destroy(c->api, buf);
   return b;
 }
 

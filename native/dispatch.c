@@ -40,10 +40,55 @@ static PyObject* promise_of_row(ExecutableCoreObject* self, pjrt_py_client* c, P
   return promise;
 }
 
-/* One PJRT execution over n_dev rows of n_args pinned buffers. Writes n_dev
- * new promises to `promises`; returns -1 with an exception (and no promise)
- * on failure. With the GIL; releases it around Execute. */
-static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, BufferObject** args,
+/* An argument of a call: a Buffer, or a promise of one output not yet made
+ * into a Buffer (PromiseObject.raw; a chained result, used as is: making its
+ * Buffer would cost more than the call's own share). A pin on such a promise
+ * moves to its Buffer if another thread makes one while the call runs
+ * (promise_at), so the call unpins wherever the pin is by then. */
+static PJRT_Buffer* arg_handle(PyObject* a) {
+  if (Py_TYPE(a) == BufferType) return ((BufferObject*)a)->buf;
+  PromiseObject* p = (PromiseObject*)a;
+  return p->raw != NULL ? p->raw : p->one->buf;
+}
+
+/* Whether the argument may be used now (with the GIL). */
+static bool arg_live(PyObject* a) {
+  if (Py_TYPE(a) != BufferType) {
+    PromiseObject* p = (PromiseObject*)a;
+    if (p->raw != NULL) return true;
+    a = (PyObject*)p->one;
+    if (a == NULL) return false;
+  }
+  return ((BufferObject*)a)->state == BUF_LIVE && ((BufferObject*)a)->buf != NULL;
+}
+
+/* Pins a live argument (arg_live, with nothing run since). */
+static void arg_pin(PyObject* a) {
+  PromiseObject* p = (PromiseObject*)a;
+  if (Py_TYPE(a) == BufferType) {
+    ((BufferObject*)a)->pins++;
+  } else if (p->raw != NULL) {
+    p->raw_pins++;
+  } else {
+    p->one->pins++;
+  }
+}
+
+static void arg_unpin(PyObject* a) {
+  PromiseObject* p = (PromiseObject*)a;
+  if (Py_TYPE(a) == BufferType) {
+    buffer_unpin((BufferObject*)a);
+  } else if (p->raw != NULL) {
+    p->raw_pins--;
+  } else {
+    buffer_unpin(p->one);
+  }
+}
+
+/* One PJRT execution over n_dev rows of n_args pinned arguments (arg_*).
+ * Writes n_dev new promises to `promises`; returns -1 with an exception (and
+ * no promise) on failure. With the GIL; releases it around Execute. */
+static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, PyObject** args,
                         size_t n_dev, size_t n_args, const int64_t* refused, size_t n_refused,
                         PyObject** promises) {
   pjrt_py_client* c = loaded->c;
@@ -66,7 +111,7 @@ static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, Buffer
     PyErr_NoMemory();
     goto done;
   }
-  for (size_t i = 0; i < total_args; ++i) ptrs[i] = args[i]->buf;
+  for (size_t i = 0; i < total_args; ++i) ptrs[i] = arg_handle(args[i]);
   for (size_t d = 0; d < n_dev; ++d) {
     arg_lists[d] = ptrs + d * n_args;
     out_lists[d] = outs + d * n_out;
@@ -108,8 +153,9 @@ static int execute_rows(ExecutableCoreObject* self, LoadedObject* loaded, Buffer
       for (size_t d = 0; d < n_dev; ++d) Py_CLEAR(promises[d]);
     goto done;
   }
-  /* Donated arguments stop counting before the outputs count (accounting.c). */
-  if (self->blocked) acct_donated(c->api, args, total_args);
+  /* Donated arguments stop counting before the outputs count (accounting.c).
+   * Only _run runs a program that donates (blocked), and only on Buffers. */
+  if (self->blocked) acct_donated(c->api, (BufferObject**)args, total_args);
   /* The first execution's outputs are made as Buffers at once, and what
    * they are learned from them (outputs.c); later ones are made knowing it. */
   const buffer_origin* known = outputs_known(loaded, n_dev, n_out);
@@ -147,21 +193,37 @@ done:
   return result;
 }
 
-/* The argument as a Buffer this call may use as is, or NULL (borrowed).
- * `device`: the program's one device, `memory` the memory it reads its
- * parameters from, or NULL (a buffer elsewhere goes to Python, which says so
- * before anything runs). The memory, where known, is compared instead of the
- * device: it belongs to that one device, and both are one cached pointer. */
-static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* expect,
-                                   PJRT_Device* device, PJRT_Memory* memory) {
+/* A promise's output not made into a Buffer yet, if this call may use it as
+ * it is: everything the checks below ask of a Buffer was known when it was
+ * made (buffer_origin). NULL: make the Buffer and check that instead. */
+static PyObject* fast_raw(PromiseObject* p, pjrt_py_client* c, PyObject* expect,
+                          PJRT_Device* device, PJRT_Memory* memory) {
+  const buffer_origin* o = &p->raw_origin;
+  if (p->c != c || p->raw_meta != expect || (c->cpu && o->row_major != 1)) return NULL;
+  if (memory != NULL ? o->memory != memory : (device != NULL && o->device != device)) return NULL;
+  return (PyObject*)p;
+}
+
+/* The argument (borrowed) as this call may use it: a Buffer, or a promise of
+ * one output not yet made into a Buffer (arg_*); NULL if it is neither, or is
+ * not right for the call. `device`: the program's one device, `memory` the
+ * memory it reads its parameters from, or NULL (a buffer elsewhere goes to
+ * Python, which says so before anything runs). The memory, where known, is
+ * compared instead of the device: it belongs to that one device, and both
+ * are one cached pointer. */
+static PyObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* expect,
+                               PJRT_Device* device, PJRT_Memory* memory) {
   BufferObject* b;
   if (Py_TYPE(arg) == BufferType) {
     b = (BufferObject*)arg;
   } else if (Py_TYPE(arg) == BufferPromiseType && ((PromiseObject*)arg)->kind == PROMISE_BUFFERS &&
              promise_visible((PromiseObject*)arg) == 1) {
-    /* Made into a Buffer first: a pin belongs to a Buffer, and another thread
-     * could otherwise make (and delete) one while this call uses the handle. */
-    b = promise_at((PromiseObject*)arg, 0);
+    PromiseObject* p = (PromiseObject*)arg;
+    if (p->raw != NULL) {
+      PyObject* raw = fast_raw(p, c, expect, device, memory);
+      if (raw != NULL) return raw;
+    }
+    b = promise_at(p, 0);
     if (b == NULL) {
       PyErr_Clear();
       return NULL;
@@ -186,13 +248,13 @@ static BufferObject* fast_argument(PyObject* arg, pjrt_py_client* c, PyObject* e
   if (c->cpu && b->row_major != 1 &&
       buffer_row_major_state(b, (size_t)PyTuple_Size(PyTuple_GetItem(expect, 0))) != 1)
     return NULL;
-  return b;
+  return (PyObject*)b;
 }
 
 /* Pins `args`, holds the executable and client for the call, runs; see
  * execute_rows. `checked`: the caller has just checked that the client takes
  * work and every argument is live, with nothing run since (the fast path). */
-static int run_pinned(ExecutableCoreObject* self, BufferObject** args, size_t n_dev,
+static int run_pinned(ExecutableCoreObject* self, PyObject** args, size_t n_dev,
                       size_t n_args, const int64_t* refused, size_t n_refused,
                       PyObject** promises, bool checked) {
   LoadedObject* loaded = self->loaded;
@@ -211,14 +273,14 @@ static int run_pinned(ExecutableCoreObject* self, BufferObject** args, size_t n_
   Py_INCREF(loaded);
   for (; pinned < total; ++pinned) {
     if (checked) {
-      args[pinned]->pins++;
-    } else if (buffer_pin(args[pinned]) < 0) {
+      arg_pin(args[pinned]);
+    } else if (buffer_pin((BufferObject*)args[pinned]) < 0) { /* _run: Buffers only */
       goto done;
     }
   }
   result = execute_rows(self, loaded, args, n_dev, n_args, refused, n_refused, promises);
 done:
-  for (size_t i = 0; i < pinned; ++i) buffer_unpin(args[i]);
+  for (size_t i = 0; i < pinned; ++i) arg_unpin(args[i]);
   client_leave(loaded->c);
   Py_DECREF(loaded);
   return result;

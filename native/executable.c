@@ -27,7 +27,7 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
     clear_for_fallback();
     return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
   }
-  BufferObject* buffers[PJRT_PY_STACK_ARGS];
+  PyObject* buffers[PJRT_PY_STACK_ARGS]; /* what the call uses (dispatch.c: arg_*) */
   /* Buffers made here (numpy copies, foreign views), owned until the call is made. */
   BufferObject* owned[PJRT_PY_STACK_ARGS];
   Py_ssize_t n_owned = 0;
@@ -36,12 +36,13 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
     PyObject* meta = PyTuple_GetItem(expect, i);
     buffers[i] = fast_argument(args[i], loaded->c, meta, self->device, self->memory);
     if (buffers[i] == NULL) {
-      buffers[i] = numpy_argument(args[i], self->client, loaded->c, self->device, meta);
-      if (buffers[i] == NULL) {
-        buffers[i] = foreign_argument(args[i], self->client, loaded->c, self->device, meta);
-        ran_python = ran_python || buffers[i] != NULL;
+      BufferObject* made = numpy_argument(args[i], self->client, loaded->c, self->device, meta);
+      if (made == NULL) {
+        made = foreign_argument(args[i], self->client, loaded->c, self->device, meta);
+        ran_python = ran_python || made != NULL;
       }
-      if (buffers[i] != NULL) owned[n_owned++] = buffers[i];
+      if (made != NULL) owned[n_owned++] = made;
+      buffers[i] = (PyObject*)made;
     }
     /* Python may have run (a producer's __dlpack__): check again before the call. */
     if (buffers[i] == NULL || (ran_python && state_check_usable(loaded->c, "executable") < 0) ||
@@ -53,7 +54,7 @@ static PyObject* executable_execute_async(ExecutableCoreObject* self, PyObject* 
   }
   if (ran_python) { /* a producer's code ran: the Buffers must still be live */
     for (Py_ssize_t i = 0; i < nargs; ++i) {
-      if (buffers[i]->state != BUF_LIVE || buffers[i]->buf == NULL) {
+      if (!arg_live(buffers[i])) {
         for (Py_ssize_t v = 0; v < n_owned; ++v) Py_DECREF(owned[v]);
         return call_python_method((PyObject*)self, "_execute_async_slow", args, nargs, kwnames);
       }
@@ -79,7 +80,7 @@ static PyObject* executable_run(ExecutableCoreObject* self, PyObject* args) {
   Py_ssize_t n_args = PyList_Size(PyList_GetItem(rows, 0));
   Py_ssize_t n_refused = PyList_Size(refused_list);
   if (n_args < 0 || n_refused < 0) return NULL;
-  BufferObject** bufs = PyMem_Calloc((size_t)(n_dev * n_args + 1), sizeof(BufferObject*));
+  PyObject** bufs = PyMem_Calloc((size_t)(n_dev * n_args + 1), sizeof(PyObject*));
   int64_t* refused = PyMem_Calloc((size_t)(n_refused + 1), sizeof(int64_t));
   PyObject** promises = PyMem_Calloc((size_t)n_dev, sizeof(PyObject*));
   PyObject* result = NULL;
@@ -99,7 +100,7 @@ static PyObject* executable_run(ExecutableCoreObject* self, PyObject* args) {
         PyErr_SetString(PyExc_TypeError, "_run takes Buffers");
         goto done;
       }
-      bufs[d * n_args + i] = (BufferObject*)b;
+      bufs[d * n_args + i] = b;
     }
   }
   for (Py_ssize_t i = 0; i < n_refused; ++i) {

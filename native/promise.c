@@ -62,19 +62,19 @@ static Py_ssize_t promise_visible(PromiseObject* p) {
 }
 
 /* Buffer i (borrowed), made now from the raw handle if need be; NULL with an
- * exception if that failed. */
+ * exception if that failed (the raw handle is then kept: a call may use it).
+ * Calls using the raw handle (raw_pins) now use, and unpin, the Buffer. */
 static BufferObject* promise_at(PromiseObject* p, Py_ssize_t i) {
   if (p->raw != NULL) {
-    BufferObject* b = buffer_wrap_uncounted(p->owner, p->c, p->raw, p->raw_meta);
-    p->raw = NULL; /* taken by b, or destroyed by buffer_wrap's failure */
+    BufferObject* b = buffer_wrap_or_leave(p->owner, p->c, p->raw, p->raw_meta);
+    if (b == NULL) return NULL;
+    p->raw = NULL; /* taken by b */
     Py_CLEAR(p->raw_meta);
-    if (b == NULL) {
-      acct_drop(&p->raw_acct);
-      return NULL;
-    }
     acct_move(&b->acct, &p->raw_acct);
     buffer_set_origin(b, &p->raw_origin);
     b->ready = (unsigned char)p->raw_ready;
+    b->pins = p->raw_pins;
+    p->raw_pins = 0;
     p->one = b;
   }
   if (p->one != NULL) return p->one;

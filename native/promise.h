@@ -22,6 +22,7 @@ typedef struct {
   acct_tag raw_acct; /* the bytes raw counts, handed to its Buffer (accounting.h) */
   buffer_origin raw_origin; /* what is known of it (device, memory, layout) */
   int raw_ready;
+  int raw_pins; /* calls using raw without the GIL (dispatch.c); moved to its Buffer once made */
   PyObject* array;     /* the numpy destination (array) */
   pjrt_py_client* c;   /* completion promises hold one reference */
   const PJRT_Api* api;

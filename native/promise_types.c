@@ -65,7 +65,8 @@ static void promise_dealloc(PromiseObject* p) {
     if (!allowed && p->kind == PROMISE_ARRAY && !p->done) p->array = NULL;
   }
   acct_drop(&p->raw_acct);
-  if (p->raw != NULL && state_pjrt_allowed(p->c)) {
+  /* (raw_pins is 0 here: a call using raw holds a reference to p.) */
+  if (p->raw != NULL && p->raw_pins == 0 && state_pjrt_allowed(p->c)) {
     buffer_handle_destroy(p->api, p->raw);
   }
   /* A staged copy holds its own array; after fork its lock may be a parent thread's. */

@@ -15,12 +15,13 @@
  * closed client) goes to Executable._execute_sharded_async_slow, which
  * checks, explains and transfers exactly as before this path existed.
  *
- * Lifetimes: every Buffer taken is held (a new reference) from the moment it
- * is found until the call is made, and the rows while they are read: making
- * a Buffer of a promise may run the garbage collector, and with it Python
- * that could empty the caller's lists or delete() an argument. So after the
- * arguments are collected, the executable, the client and every Buffer are
- * checked again, with nothing run since, before they are pinned
+ * Lifetimes: every argument taken (a Buffer, or a promise whose output is
+ * used as it is, dispatch.c) is held (a new reference) from the moment it is
+ * found until the call is made, and the rows while they are read: making a
+ * Buffer of a promise may run the garbage collector, and with it Python that
+ * could empty the caller's lists or delete() an argument. So after the
+ * arguments are collected, the executable, the client and every argument
+ * are checked again, with nothing run since, before they are pinned
  * (run_pinned) and the GIL is released around Execute.
  */
 #include "executable.h"
@@ -54,7 +55,7 @@ static bool sharded_keywords_plain(PyObject* const* args, Py_ssize_t nargs, PyOb
  * use into `bufs`, device-major, each with a new reference. Returns how many
  * were taken: all of them, or fewer where one is not for the fast path. */
 static size_t sharded_collect(ExecutableCoreObject* self, pjrt_py_client* c, PyObject* rows,
-                              Py_ssize_t n_dev, Py_ssize_t n_args, BufferObject** bufs) {
+                              Py_ssize_t n_dev, Py_ssize_t n_args, PyObject** bufs) {
   size_t taken = 0;
   for (Py_ssize_t d = 0; d < n_dev; ++d) {
     PyObject* row = sequence_item(rows, d);
@@ -62,9 +63,9 @@ static size_t sharded_collect(ExecutableCoreObject* self, pjrt_py_client* c, PyO
     Py_INCREF(row);
     for (Py_ssize_t i = 0; i < n_args; ++i) {
       PyObject* arg = sequence_item(row, i);
-      BufferObject* b = arg == NULL ? NULL
-                                    : fast_argument(arg, c, PyTuple_GetItem(self->expect, i),
-                                                    self->devices[d], self->memories[d]);
+      PyObject* b = arg == NULL ? NULL
+                                : fast_argument(arg, c, PyTuple_GetItem(self->expect, i),
+                                                self->devices[d], self->memories[d]);
       if (b == NULL) {
         Py_DECREF(row);
         return taken;
@@ -89,10 +90,10 @@ static int sharded_fast(ExecutableCoreObject* self, PyObject* const* args, Py_ss
   Py_ssize_t n_dev = self->num_devices, n_args = PyTuple_Size(self->expect);
   if (n_dev < 1 || sequence_size(args[0]) != n_dev || n_args < 0) return 0;
   size_t total = (size_t)(n_dev * n_args);
-  BufferObject* stack[PJRT_PY_STACK_SLOTS];
+  PyObject* stack[PJRT_PY_STACK_SLOTS]; /* the arguments (dispatch.c: arg_*) */
   PyObject* promise_stack[PJRT_PY_STACK_ROWS];
   bool small = total <= PJRT_PY_STACK_SLOTS && n_dev <= PJRT_PY_STACK_ROWS;
-  BufferObject** bufs = small ? stack : PyMem_Calloc(total + 1, sizeof(BufferObject*));
+  PyObject** bufs = small ? stack : PyMem_Calloc(total + 1, sizeof(PyObject*));
   PyObject** promises = small ? promise_stack : PyMem_Calloc((size_t)n_dev, sizeof(PyObject*));
   int took = 0;
   size_t taken = 0;
@@ -102,7 +103,7 @@ static int sharded_fast(ExecutableCoreObject* self, PyObject* const* args, Py_ss
   if (taken != total || self->loaded != loaded || state_check_usable(loaded->c, "executable") < 0)
     goto done;
   for (size_t i = 0; i < total; ++i)
-    if (bufs[i]->state != BUF_LIVE || bufs[i]->buf == NULL) goto done;
+    if (!arg_live(bufs[i])) goto done;
   took = 1;
   *out = NULL;
   /* -1: refused before the plugin saw it (admission, inside a host callback). */

@@ -916,6 +916,42 @@ race(1500, lambda: c.buffer(x), lambda b: b.delete())
     assert wall < 40
 
 
+@pytest.mark.parametrize("n", [pytest.param(8, id="8-floats"), pytest.param(1 << 14, id="64KiB")])
+def test_chained_output_deleted_racing_the_calls_that_use_it_only_raises_value_error(n: int) -> None:
+    # A promise's output is used by the calls it is chained into without being
+    # made into a Buffer (native/dispatch.c). Here other threads make that
+    # Buffer, and delete it, while such calls run: the pin a call took on the
+    # promise must move to the Buffer, so the handle outlives the call.
+    add = ADD_F32_8.replace("tensor<8xf32>", f"tensor<{n}xf32>")
+    result, wall = run_clean(
+        f"N = {n}\nADD = {add!r}\n"
+        + RACE_HARNESS
+        + """
+c = pjrt_py.Client()
+exe = c.compile(ADD)
+x = np.arange(N, dtype=np.float32)
+bx, by = c.buffer(x), c.buffer(np.ones(N, np.float32))
+exe.execute_async(bx, by).value()  # the first call learns what outputs are
+
+ops = {
+    "chain": lambda p: same(exe.execute_async(p, by).to_numpy(), x + 2),
+    "chain-twice": lambda p: same(exe.execute_async(exe.execute_async(p, p), by).to_numpy(),
+                                  2 * x + 3),
+    "sharded": lambda p: same(exe.execute_sharded_async([[p, by]])[0].to_numpy(), x + 2),
+    "buffer": lambda p: same(p.buffer().to_numpy(), x + 1),
+    "to_numpy": lambda p: same(p.to_numpy(), x + 1),
+}
+
+def expected(e):
+    return isinstance(e, ValueError) and "buffer has been deleted" in str(e)
+
+race(1500, lambda: exe.execute_async(bx, by), lambda p: p.buffer().delete())
+"""
+    )
+    check_race(result, {"chain", "chain-twice", "sharded", "buffer", "to_numpy"})
+    assert wall < 40
+
+
 def test_executable_delete_racing_execute_async_only_raises_value_error() -> None:
     result, wall = run_clean(
         f"ADD = {ADD_F32_8!r}\n"
