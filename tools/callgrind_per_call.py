@@ -13,6 +13,7 @@ start-up, compile and the first calls cancel out.
     python tools/callgrind_per_call.py sharded --devices 8        # execute_sharded (waits)
     python tools/callgrind_per_call.py sharded_async --devices 8  # execute_sharded_async
     python tools/callgrind_per_call.py c_sharded --devices 8      # its C floor
+    python tools/callgrind_per_call.py jax_sharded --devices 8    # jax.jit, sharded inputs
 
 The ``c_*`` cases count the C baselines of the benchmarks (benchmarks/c_*.c,
 built now, called once with ``N`` iterations), so that pjrt_py's count and its
@@ -62,6 +63,20 @@ _SHARDED = (
     "xs = [c.buffer(np.ones(8, np.float32), device=d) for d in c.devices]\n"
     "args = [[x, x] for x in xs]\n"
 )
+_JAX_ONE = (
+    "import jax\n"
+    "jx = jax.device_put(np.ones(8, np.float32)); jy = jax.device_put(np.ones(8, np.float32))\n"
+    "compiled = jax.jit(lambda a, b: a + b).lower(jx, jy).compile(); compiled(jx, jy)\n"
+)
+_JAX_SHARDED = (
+    "import jax\n"
+    "from jax.sharding import NamedSharding, PartitionSpec\n"
+    "d = len(jax.devices('cpu'))\n"
+    "sharding = NamedSharding(jax.make_mesh((d,), ('x',)), PartitionSpec('x'))\n"
+    "jx = jax.device_put(np.ones(8 * d, np.float32), sharding)\n"
+    "jy = jax.device_put(np.ones(8 * d, np.float32), sharding)\n"
+    "compiled = jax.jit(lambda a, b: a + b).lower(jx, jy).compile(); compiled(jx, jy)\n"
+)
 CASES = {
     "dispatch": (_BUFFERS, "exe.execute_async(x, y)"),
     "chain": (_BUFFERS, "exe.execute_async(exe.execute_async(exe.execute_async(x, y), y), y)"),
@@ -95,6 +110,11 @@ CASES = {
         + "e = addr(exe._loaded.address)\n",
         "lib.c_sharded_loop_event(api, e, ptrs, len(args), 2, 1, N)",
     ),
+    # jax's own dispatch of the same add, for the comparison issue 29 asks
+    # for: jax.jit on inputs sharded over every device, and one device's chain.
+    "jax_sharded": (_JAX_SHARDED, "compiled(jx, jy)"),
+    "jax_dispatch": (_JAX_ONE, "compiled(jx, jy)"),
+    "jax_chain": (_JAX_ONE, "compiled(compiled(compiled(jx, jy), jy), jy)"),
     "c_to_numpy": (
         "x = c.buffer(np.ones(8, np.float32)); dst = np.empty(8, np.float32)\n"
         + _C_SETUP.format(
@@ -151,6 +171,9 @@ def count(case: str, n: int, devices: int) -> int:
         env = dict(
             os.environ, PJRT_PY_PLUGIN_LOG="raw", TF_CPP_MIN_LOG_LEVEL="3", PYTHONHASHSEED="0"
         )
+        if devices and case.startswith("jax_"):  # jax makes its CPU devices at start
+            flag = f"--xla_force_host_platform_device_count={devices}"
+            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}".strip()
         subprocess.run(
             [
                 "valgrind",
