@@ -12,7 +12,9 @@
   with its completion event);
 - calls per second of ``execute_async`` on one executable from 1, 2 and 4
   threads, next to the C loop run from as many threads (each C call releases
-  the GIL), which shows what the plugin and the machine allow.
+  the GIL), which shows what the plugin and the machine allow, and next to
+  jax.jit's compiled add called from as many threads (jax, too, releases the
+  GIL around each execution).
 
     python -m benchmarks.sharded [--quick] [--json out.json]
 """
@@ -195,14 +197,36 @@ def thread_scaling(client: pjrt_py.Client, c: tuple[Any, Any, Any], quick: bool)
 
     seconds = 0.05 if quick else 0.6
     rounds = 1 if quick else 3
-    rates: dict[str, dict[int, float]] = {"pjrt_py": {}, "C": {}}
-    switches: dict[str, dict[int, float]] = {"pjrt_py": {}, "C": {}}
-    for who, work in (("pjrt_py", ours), ("C", c_loop)):
+    workers = [("pjrt_py", ours), ("C", c_loop)]
+    jax_call = jax_one_device_loop()
+    if jax_call is not None:
+        workers.append(("jax", jax_call))
+    rates: dict[str, dict[int, float]] = {who: {} for who, _ in workers}
+    switches: dict[str, dict[int, float]] = {who: {} for who, _ in workers}
+    for who, work in workers:
         for n in THREADS:  # the best of a few rounds: the machine is shared
             best = max(calls_per_second(work, n, seconds) for _ in range(rounds))
             rates[who][n], switches[who][n] = best
         pjrt_py.effects_barrier()
     return rates, switches
+
+
+def jax_one_device_loop() -> Any:
+    """``work(k)``: k calls of jax.jit's compiled add on one CPU device (None
+    without jax), the same dispatch as ours, for the thread comparison."""
+    try:
+        import jax
+    except ImportError:
+        return None
+    jx = jax.device_put(np.arange(8, dtype=np.float32), jax.devices("cpu")[0])
+    jy = jax.device_put(np.ones(8, np.float32), jax.devices("cpu")[0])
+    compiled = jax.jit(lambda a, b: a + b).lower(jx, jy).compile()
+
+    def jax_loop(k: int) -> None:
+        for _ in range(k):
+            compiled(jx, jy)
+
+    return jax_loop
 
 
 def run(quick: bool = False) -> dict[str, Any]:

@@ -917,7 +917,7 @@ race(1500, lambda: c.buffer(x), lambda b: b.delete())
 
 
 @pytest.mark.parametrize("n", [pytest.param(8, id="8-floats"), pytest.param(1 << 14, id="64KiB")])
-def test_chained_output_deleted_racing_the_calls_that_use_it_only_raises_value_error(n: int) -> None:
+def test_chained_output_deleted_racing_calls_that_use_it_only_raises_value_error(n: int) -> None:
     # A promise's output is used by the calls it is chained into without being
     # made into a Buffer (native/dispatch.c). Here other threads make that
     # Buffer, and delete it, while such calls run: the pin a call took on the
