@@ -46,11 +46,13 @@ def wait_for(flag: list[Any], seconds: float = 20.0) -> None:
 
 
 def executions(rep: int, chain: bytes, shim: str) -> None:
-    """Four matmul chains dispatched and dropped."""
+    """Four matmul chains dispatched and dropped, the last chained on a
+    still-running result (used as its handle, native/dispatch.c)."""
     c = pjrt_py.Client()
     exe = c.deserialize(chain)
     x = c.buffer(np.eye(N, dtype=np.float32))
-    pending = [exe.execute_async(x) for _ in range(4)]
+    pending = [exe.execute_async(x) for _ in range(3)]
+    pending.append(exe.execute_async(pending[-1]))
     if rep % 3 == 0:
         pending[-1].add_done_callback(lambda p: None)
     if rep % 2:

@@ -862,6 +862,24 @@ def check_race(result: subprocess.CompletedProcess[str], ops: set[str]) -> None:
     assert all(a + b > 0 for a, b in counts.values()), out
 
 
+# The prelude of a race over an add of f32[N]: a client, the program, its input
+# x, and deletion as the one expected refusal.
+ADD_RACE_PRELUDE = """
+c = pjrt_py.Client()
+exe = c.compile(ADD)
+x = np.arange(N, dtype=np.float32)
+
+def expected(e):
+    return isinstance(e, ValueError) and "buffer has been deleted" in str(e)
+"""
+
+
+def run_add_race(n: int, body: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """A race child (RACE_HARNESS) over an add of f32[n], then ``body``."""
+    add = ADD_F32_8.replace("tensor<8xf32>", f"tensor<{n}xf32>")
+    return run_clean(f"N = {n}\nADD = {add!r}\n" + RACE_HARNESS + ADD_RACE_PRELUDE + body)
+
+
 @pytest.mark.parametrize(
     "n",
     [
@@ -872,14 +890,9 @@ def check_race(result: subprocess.CompletedProcess[str], ops: set[str]) -> None:
 )
 @pytest.mark.needs_devices(2)  # copies to a second device race the deletes
 def test_buffer_delete_racing_uses_only_raises_value_error(n: int) -> None:
-    add = ADD_F32_8.replace("tensor<8xf32>", f"tensor<{n}xf32>")
-    result, wall = run_clean(
-        f"N = {n}\nADD = {add!r}\n"
-        + RACE_HARNESS
-        + """
-c = pjrt_py.Client()
-exe = c.compile(ADD)
-x = np.arange(N, dtype=np.float32)
+    result, wall = run_add_race(
+        n,
+        """
 x2 = 2 * x
 dev0, dev1 = c.devices[0], c.devices[1]
 
@@ -894,11 +907,8 @@ ops = {
     "execute": lambda b: same(exe.execute(b, x).to_numpy(), x2),
 }
 
-def expected(e):
-    return isinstance(e, ValueError) and "buffer has been deleted" in str(e)
-
 race(1500, lambda: c.buffer(x), lambda b: b.delete())
-"""
+""",
     )
     check_race(
         result,
@@ -922,14 +932,9 @@ def test_chained_output_deleted_racing_calls_that_use_it_only_raises_value_error
     # made into a Buffer (native/dispatch.c). Here other threads make that
     # Buffer, and delete it, while such calls run: the pin a call took on the
     # promise must move to the Buffer, so the handle outlives the call.
-    add = ADD_F32_8.replace("tensor<8xf32>", f"tensor<{n}xf32>")
-    result, wall = run_clean(
-        f"N = {n}\nADD = {add!r}\n"
-        + RACE_HARNESS
-        + """
-c = pjrt_py.Client()
-exe = c.compile(ADD)
-x = np.arange(N, dtype=np.float32)
+    result, wall = run_add_race(
+        n,
+        """
 bx, by = c.buffer(x), c.buffer(np.ones(N, np.float32))
 exe.execute_async(bx, by).value()  # the first call learns what outputs are
 
@@ -942,11 +947,8 @@ ops = {
     "to_numpy": lambda p: same(p.to_numpy(), x + 1),
 }
 
-def expected(e):
-    return isinstance(e, ValueError) and "buffer has been deleted" in str(e)
-
 race(1500, lambda: exe.execute_async(bx, by), lambda p: p.buffer().delete())
-"""
+""",
     )
     check_race(result, {"chain", "chain-twice", "sharded", "buffer", "to_numpy"})
     assert wall < 40
@@ -1005,6 +1007,9 @@ ops = {
     "buffer.to_numpy": lambda h: same(h.b.to_numpy(), x),
     "buffer.to_numpy_async": lambda h: same(h.b.to_numpy_async().value(), x),
     "execute_async": lambda h: same(h.exe.execute_async(h.b, x).to_numpy(), 2 * x),
+    "chained": lambda h: same(
+        h.exe.execute_async(h.exe.execute_async(h.b, x), x).to_numpy(), 3 * x
+    ),
     "client.buffer": lambda h: same(h.c.buffer(x).to_numpy(), x),
     "client.compile": lambda h: h.c.compile(ADD),
     "copy_to_device": lambda h: same(h.b.copy_to_device(h.c.devices[1]).to_numpy(), x),
@@ -1025,6 +1030,7 @@ print("live-after", _core.live_clients() - before, flush=True)
             "buffer.to_numpy",
             "buffer.to_numpy_async",
             "execute_async",
+            "chained",
             "client.buffer",
             "client.compile",
             "copy_to_device",
