@@ -206,3 +206,98 @@ def test_children_racing_to_write_the_first_copy_all_load_one(
         assert sorted(p.name for p in copies.iterdir()) == [
             library.copy_name(str(client.plugin.path), 1)
         ]
+
+
+# A stand-in for a plugin like the CUDA one: it finds a library it loads when
+# asked (not when loaded) through a run path relative to itself, and a data
+# file beside that library's directory, relative to its own file.
+ORIGIN_PLUGIN = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int probe(void) {
+  void* h = dlopen("libstanddep.so", RTLD_NOW);
+  if (h == NULL) return -1;
+  int (*value)(void) = (int (*)(void))dlsym(h, "dep_value");
+  return value != NULL ? value() : -2;
+}
+int data_found(void) {
+  Dl_info info;
+  if (!dladdr((void*)data_found, &info)) return 0;
+  char own[PATH_MAX], data[PATH_MAX];
+  snprintf(own, sizeof own, "%s", info.dli_fname);
+  snprintf(data, sizeof data, "%s/../../deps/share/marker", dirname(own));
+  return access(data, R_OK) == 0;
+}
+"""
+ORIGIN_DEP = "int dep_value(void) { return 42; }\n"
+
+
+def _compile(source: str, out: Path, *flags: str) -> None:
+    c_file = out.with_suffix(".c")
+    c_file.write_text(source)
+    cc = os.environ.get("CC", "cc")
+    try:
+        subprocess.run(
+            [cc, "-shared", "-fPIC", "-o", str(out), str(c_file), *flags],
+            check=True,
+            capture_output=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as e:
+        pytest.skip(f"needs a C compiler to build a stand-in plugin ({e})")
+
+
+@pytest.mark.parametrize("tag", ["--enable-new-dtags", "--disable-new-dtags"])  # RUNPATH, RPATH
+def test_a_copy_keeps_the_run_paths_relative_to_the_plugin(tmp_path: Path, tag: str) -> None:
+    site = tmp_path / "site"
+    (site / "deps" / "lib").mkdir(parents=True)
+    (site / "deps" / "share").mkdir()
+    (site / "deps" / "share" / "marker").write_text("libdevice, say")
+    (site / "pkg" / "plugins").mkdir(parents=True)
+    _compile(ORIGIN_DEP, site / "deps" / "lib" / "libstanddep.so")
+    plugin = site / "pkg" / "plugins" / "libstandin.so"
+    _compile(ORIGIN_PLUGIN, plugin, f"-Wl,{tag}", "-Wl,-rpath,$ORIGIN/../../deps/lib", "-ldl")
+    assert library.origin_relative(str(plugin)) == ["../../deps/lib"]
+    copies = tmp_path / "copies"
+    # In a fresh interpreter, which has never loaded the dependency: a plain
+    # copy first (its run path leads nowhere), then the kept copy.
+    code = f"""
+import ctypes, shutil
+from pjrt_py.runtime import library
+plain = shutil.copy({str(plugin)!r}, {str(tmp_path / "plain.so")!r})
+lib = ctypes.CDLL(plain)
+print("plain", lib.probe(), lib.data_found())
+kept = library._shared_copy({str(plugin)!r}, {str(copies)!r}, library.copy_name({str(plugin)!r}, 1))
+lib = ctypes.CDLL(kept)
+print("kept", lib.probe(), lib.data_found(), kept)
+"""
+    result = run_python(code, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "plain -1 0" in result.stdout, result.stdout  # what a copy alone gets
+    assert "kept 42 1" in result.stdout, result.stdout
+    kept = Path(result.stdout.split()[-1])
+    name = library.copy_name(str(plugin), 1)
+    assert kept == copies / f"{name}.d" / "pkg" / "plugins" / "libstandin.so"
+    assert sorted(p.name for p in copies.iterdir()) == [f"{name}.d"]  # no temporary left
+    assert (copies / f"{name}.d" / "deps").resolve() == (site / "deps").resolve()
+
+
+def test_an_older_versions_tree_is_removed_without_following_its_links(tmp_path: Path) -> None:
+    plugin = tmp_path / "pkg" / "libstandin.so"
+    plugin.parent.mkdir()
+    _compile(ORIGIN_DEP, plugin, "-Wl,-rpath,$ORIGIN/../deps")
+    (tmp_path / "deps").mkdir()
+    (tmp_path / "deps" / "keep-me").write_text("")
+    copies = tmp_path / "copies"
+    name = library.copy_name(str(plugin), 1)
+    older = copies / f"{name.rsplit('-', 2)[0]}-000000000000-1.so.d"
+    (older / "pkg").mkdir(parents=True)
+    (older / "deps").symlink_to(tmp_path / "deps")
+    kept = library._shared_copy(str(plugin), str(copies), name)
+    assert Path(kept).is_file()
+    assert sorted(p.name for p in copies.iterdir()) == [f"{name}.d"]
+    assert (tmp_path / "deps" / "keep-me").exists()

@@ -18,6 +18,18 @@ those directories works, a copy beside the original is loaded and removed
 at once. A copy of an older version of the same file is removed when a new
 one is written.
 
+A plugin that finds the libraries it loads through run paths relative to
+its own directory (``$ORIGIN``, read by ``elf``) gets its copy in a
+directory of its own, ``<copy name>.d``, laid out as the original's last
+directories are, with links to what each such run path reaches from the
+original. The CUDA plugin needs this: it loads the CUDA libraries from
+``$ORIGIN/../../nvidia/...`` when a client is made, long after the copy was
+loaded, so a copy without them loads and then fails to make a client. The
+link goes to the first directory past the climb (``nvidia``), not to the
+named one (``nvidia/cu13/lib``), so that the plugin's other lookups
+relative to itself (CUDA's ``libdevice`` under ``nvidia/cuda_nvcc``) find
+what they would beside the original.
+
 Not glibc's ``dlmopen``, which needs no copy: its new link-map namespace
 brings a second C library whose pthread key table starts empty while every
 thread's key slots are shared. The plugin's first key took slot 0, Python's
@@ -34,10 +46,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import posixpath
 import shutil
 import tempfile
 
 from .. import _core
+from .elf import origin_relative
 from .errors import PluginLoadError
 
 ENV_DIR = "PJRT_PY_PLUGIN_COPIES"
@@ -92,15 +106,73 @@ def copy_name(path: str, instance: int) -> str:
 
 def _shared_copy(path: str, directory: str, name: str) -> str:
     """The kept copy of ``path`` in ``directory`` under ``name`` (its
-    ``copy_name``), written now if it is not there."""
-    copy = os.path.join(directory, name)
+    ``copy_name``), written now if it is not there; for a plugin with run
+    paths relative to itself, inside its own tree (see the module's text)."""
+    relative = origin_relative(path)
+    home = os.path.join(directory, name + ".d")
+    copy = _copy_in_tree(path, home, relative) if relative else os.path.join(directory, name)
     if os.path.isfile(copy) and os.path.getsize(copy) == os.path.getsize(path):
         return copy
     os.makedirs(directory, exist_ok=True)
     _sweep(directory, name)
+    if relative:
+        _mirror_origin(path, home, relative)  # before the copy: whoever sees it sees them
     temp = _write_copy(path, directory)
     os.replace(temp, copy)  # whole or absent: a racing writer's copy is as good
     return copy
+
+
+def _climbs(rel: str) -> int:
+    """How many directories up a normalized relative path starts by going."""
+    parts = rel.split("/")
+    return next((i for i, part in enumerate(parts) if part != ".."), len(parts))
+
+
+def _origin_parts(path: str, relative: list[str]) -> list[str]:
+    """The original's last directories that the copy's tree repeats: as many
+    as its run paths climb above it."""
+    climb = max(_climbs(posixpath.normpath(rel or ".")) for rel in relative)
+    origin = os.path.dirname(os.path.abspath(path))
+    return [part for part in origin.split(os.sep) if part][-climb:] if climb else []
+
+
+def _copy_in_tree(path: str, home: str, relative: list[str]) -> str:
+    """Where the copy lies in its tree under ``home``."""
+    return os.path.join(home, *_origin_parts(path, relative), os.path.basename(path))
+
+
+def _mirror_origin(path: str, home: str, relative: list[str]) -> None:
+    """Lay out ``home`` so that each of the copy's ``$ORIGIN``-relative run
+    paths reaches what the original's reaches: the copy's own directories
+    (and those above it, up to ``home``) are real, everything else is a link
+    into the original's surroundings."""
+    parts = _origin_parts(path, relative)
+    origin = os.path.dirname(os.path.abspath(path))
+    own = {os.path.join(home, *parts[:i]) for i in range(len(parts) + 1)}
+    copy = _copy_in_tree(path, home, relative)
+    os.makedirs(os.path.dirname(copy), exist_ok=True)
+    for rel in dict.fromkeys(posixpath.normpath(rel or ".") for rel in relative):
+        up = _climbs(rel)
+        if up > len(parts):
+            continue  # above the file system's root
+        rest = [part for part in rel.split("/")[up:] if part not in ("", ".")]
+        mirror = os.path.join(home, *parts[: len(parts) - up], *rest[:1])
+        target = os.path.join(origin, *[".."] * up, *rest[:1])
+        _link(mirror, os.path.realpath(target), own, copy)
+
+
+def _link(mirror: str, target: str, own: set[str], copy: str) -> None:
+    """Make ``mirror`` reach ``target``: a link, or, where ``mirror`` is one
+    of the copy's own directories, links to what ``target`` holds."""
+    if not os.path.exists(target) or mirror == copy:
+        return
+    if mirror in own:
+        if os.path.isdir(target):
+            for entry in os.scandir(target):
+                _link(os.path.join(mirror, entry.name), entry.path, own, copy)
+        return
+    with contextlib.suppress(FileExistsError):
+        os.symlink(target, mirror)
 
 
 def _load_beside(path: str) -> int:
@@ -135,8 +207,11 @@ def _sweep(directory: str, name: str) -> None:
     with contextlib.suppress(OSError):
         for entry in os.scandir(directory):
             if entry.name.startswith(stem) and not entry.name.startswith(version):
-                with contextlib.suppress(OSError):
-                    os.unlink(entry.path)
+                if entry.is_dir(follow_symlinks=False):  # a tree (links are removed, not followed)
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
             elif entry.name.startswith(_PREFIX):
                 pid = entry.name[len(_PREFIX) :].split("_", 1)[0]
                 if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
