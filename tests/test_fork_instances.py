@@ -301,3 +301,37 @@ def test_an_older_versions_tree_is_removed_without_following_its_links(tmp_path:
     assert Path(kept).is_file()
     assert sorted(p.name for p in copies.iterdir()) == [f"{name}.d"]
     assert (tmp_path / "deps" / "keep-me").exists()
+
+
+GPU_CHILD = """
+import os
+import numpy as np, pjrt_py
+from pjrt_py.runtime.plugin import load_plugin
+os.environ[{env!r}] = {copies!r}
+load_plugin({plugin!r})  # loaded and initialised; no client, so CUDA is not started
+pid = os.fork()
+if pid == 0:
+    c = pjrt_py.Client({plugin!r})
+    x = np.arange(8, dtype=np.float32)
+    total = c.compile({add!r}).execute(x, x).to_numpy().sum()
+    print("child", total, c.plugin.instance, flush=True)
+    os._exit(0)
+print("status", os.waitpid(pid, 0)[1], flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_a_child_of_a_parent_that_only_loaded_the_gpu_plugin_makes_a_client(
+    tmp_path: Path,
+) -> None:
+    gpus = [p for p in pjrt_py.plugins() if p.name in ("cuda", "rocm")]
+    if not gpus:
+        pytest.skip("needs a PJRT plugin with GPU devices (none installed)")
+    plugin = gpus[0].path
+    code = GPU_CHILD.format(
+        env=library.ENV_DIR, copies=str(tmp_path / "copies"), plugin=str(plugin), add=ADD_F32_8
+    )
+    result = run_python(code, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "child 56.0 1" in result.stdout, result.stdout + result.stderr[-3000:]
+    assert "status 0" in result.stdout, result.stdout
