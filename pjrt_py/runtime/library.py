@@ -24,7 +24,7 @@ directory of its own, ``<copy name>.d``, laid out as the original's last
 directories are, with links to what each such run path reaches from the
 original. The CUDA plugin needs this: it loads the CUDA libraries from
 ``$ORIGIN/../../nvidia/...`` when a client is made, long after the copy was
-loaded, so a copy without them loads and then fails to make a client. The
+loaded, so a copy without them loads but cannot reach them then. The
 link goes to the first directory past the climb (``nvidia``), not to the
 named one (``nvidia/cu13/lib``), so that the plugin's other lookups
 relative to itself (CUDA's ``libdevice`` under ``nvidia/cuda_nvcc``) find
