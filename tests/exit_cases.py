@@ -104,8 +104,14 @@ def staged(rep: int, chain: bytes, shim: str) -> None:
     exe = c.deserialize(chain)
     big = np.ones(1 << 22, np.float32)  # 16 MiB: 256 chunks
     threading.Thread(target=c.buffer, args=(big,), daemon=True).start()
-    out = exe.execute_async(c.buffer(np.eye(N, dtype=np.float32)))
-    arrays = [out.to_numpy_async(), c.buffer(big[: 1 << 20]).to_numpy_async()]
+    # Uploaded before the work starts: this upload shares the ring's two slots
+    # with the thread's, and under load took long enough for a result made
+    # before it to be ready by the exit (CI: "nothing was in flight").
+    ready = c.buffer(big[: 1 << 20])
+    out = c.buffer(np.eye(N, dtype=np.float32))
+    for _ in range(3):  # some 90 ms of work on one core, chained on unmade outputs
+        out = exe.execute_async(out)
+    arrays = [out.to_numpy_async(), ready.to_numpy_async()]
     if rep % 2:
         arrays[0].add_done_callback(lambda p: None)
     if rep % 4 < 2:
