@@ -189,6 +189,7 @@ PyMODINIT_FUNC PyInit__core(void) {
   import_array();
   PyObject* module = PyModule_Create(&core_module);
   if (module == NULL) return NULL;
+  state_locks_init();
   g_metas = PyDict_New();
   g_non_donatable = PyUnicode_InternFromString("non_donatable");
   if (g_metas == NULL || g_non_donatable == NULL || errors_init() < 0) goto fail;

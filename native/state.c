@@ -182,16 +182,23 @@ static void reaper_poke(pjrt_py_client* c) {
 
 /* ---- fork -------------------------------------------------------------------- */
 
+/* The registry's and the gate's locks, new: at import, so that the gate's
+ * timed wait runs on the clock deadline_in measures (events.c), and in a
+ * forked child, where a thread that does not exist may have held them. */
+static void state_locks_init(void) {
+  pthread_mutex_init(&g_registry_mu, NULL);
+  cond_init(&g_registry_cv);
+  pthread_mutex_init(&g_gate_mu, NULL);
+  cond_init(&g_gate_cv);
+}
+
 static PyObject* core_after_fork_in_child(PyObject* self, PyObject* unused) {
   (void)self;
   (void)unused;
   /* The parent's clients stay allocated, unreachable from the registry:
    * their locks may have been held by threads that do not exist here. */
   g_generation++;
-  pthread_mutex_init(&g_registry_mu, NULL);
-  pthread_cond_init(&g_registry_cv, NULL);
-  pthread_mutex_init(&g_gate_mu, NULL);
-  pthread_cond_init(&g_gate_cv, NULL);
+  state_locks_init();
   g_clients = NULL;
   g_reaper_started = 0;
   g_reaping = 0;
@@ -272,12 +279,7 @@ static PyObject* core_exit_sequence(PyObject* self, PyObject* arg) {
   g_gate_closed = 1;
   while (g_gate_active > 0 && now_seconds() < deadline) {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 20 * 1000 * 1000;
-    if (ts.tv_nsec >= 1000000000L) {
-      ts.tv_sec += 1;
-      ts.tv_nsec -= 1000000000L;
-    }
+    deadline_in(&ts, 20 * 1000 * 1000);
     pthread_cond_timedwait(&g_gate_cv, &g_gate_mu, &ts);
   }
   callbacks_stuck = g_gate_active;
