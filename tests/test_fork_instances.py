@@ -271,7 +271,8 @@ from pjrt_py.runtime import library
 plain = shutil.copy({str(plugin)!r}, {str(tmp_path / "plain.so")!r})
 lib = ctypes.CDLL(plain)
 print("plain", lib.probe(), lib.data_found())
-kept = library._shared_copy({str(plugin)!r}, {str(copies)!r}, library.copy_name({str(plugin)!r}, 1))
+p = {str(plugin)!r}
+kept = library._shared_copy(p, {str(copies)!r}, library.copy_name(p, 1), library.origin_paths(p))
 lib = ctypes.CDLL(kept)
 print("kept", lib.probe(), lib.data_found(), kept)
 """
@@ -297,7 +298,7 @@ def test_an_older_versions_tree_is_removed_without_following_its_links(tmp_path:
     older = copies / f"{name.rsplit('-', 2)[0]}-000000000000-1.so.d"
     (older / "pkg").mkdir(parents=True)
     (older / "deps").symlink_to(tmp_path / "deps")
-    kept = library._shared_copy(str(plugin), str(copies), name)
+    kept = library._shared_copy(str(plugin), str(copies), name, library.origin_paths(str(plugin)))
     assert Path(kept).is_file()
     assert sorted(p.name for p in copies.iterdir()) == [f"{name}.d"]
     assert (tmp_path / "deps" / "keep-me").exists()

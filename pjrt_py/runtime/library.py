@@ -68,11 +68,11 @@ def load_library(path: str, *, instance: int = 0) -> int:
     """
     if instance == 0:
         return int(_core.load_plugin(path))
-    name = copy_name(path, instance)
+    name, relative = copy_name(path, instance), origin_paths(path)
     failures = []
     for directory in copy_directories():
         try:
-            return int(_core.load_plugin(_shared_copy(path, directory, name)))
+            return int(_core.load_plugin(_shared_copy(path, directory, name, relative)))
         except (OSError, PluginLoadError) as e:
             failures.append(f"in {directory}: {e}")
     try:
@@ -104,19 +104,27 @@ def copy_name(path: str, instance: int) -> str:
     return f"{stem}.pjrt_py-{where}-{digest}-{instance}{ext}"
 
 
-def _shared_copy(path: str, directory: str, name: str) -> str:
+def origin_paths(path: str) -> list[str]:
+    """The library's run paths relative to its own directory, normalized, each
+    once (``["../../nvidia/cu13/lib", ...]``; ``"."`` for ``$ORIGIN`` itself)."""
+    return list(dict.fromkeys(posixpath.normpath(rel or ".") for rel in origin_relative(path)))
+
+
+def _shared_copy(path: str, directory: str, name: str, relative: list[str]) -> str:
     """The kept copy of ``path`` in ``directory`` under ``name`` (its
     ``copy_name``), written now if it is not there; for a plugin with run
-    paths relative to itself, inside its own tree (see the module's text)."""
-    relative = origin_relative(path)
+    paths relative to itself (``relative``, its ``origin_paths``), inside its
+    own tree (see the module's text)."""
     home = os.path.join(directory, name + ".d")
-    copy = _copy_in_tree(path, home, relative) if relative else os.path.join(directory, name)
+    parts = _origin_parts(path, relative)
+    base = os.path.basename(path)
+    copy = os.path.join(home, *parts, base) if relative else os.path.join(directory, name)
     if os.path.isfile(copy) and os.path.getsize(copy) == os.path.getsize(path):
         return copy
     os.makedirs(directory, exist_ok=True)
     _sweep(directory, name)
-    if relative:
-        _mirror_origin(path, home, relative)  # before the copy: whoever sees it sees them
+    if relative:  # before the copy: whoever sees it sees the links
+        _mirror_origin(path, home, parts, relative, copy)
     temp = _write_copy(path, directory)
     os.replace(temp, copy)  # whole or absent: a racing writer's copy is as good
     return copy
@@ -130,32 +138,25 @@ def _climbs(rel: str) -> int:
 
 def _origin_parts(path: str, relative: list[str]) -> list[str]:
     """The original's last directories that the copy's tree repeats: as many
-    as its run paths climb above it."""
-    climb = max(_climbs(posixpath.normpath(rel or ".")) for rel in relative)
+    as its run paths (``origin_paths``) climb above it."""
+    climb = max((_climbs(rel) for rel in relative), default=0)
     origin = os.path.dirname(os.path.abspath(path))
     return [part for part in origin.split(os.sep) if part][-climb:] if climb else []
 
 
-def _copy_in_tree(path: str, home: str, relative: list[str]) -> str:
-    """Where the copy lies in its tree under ``home``."""
-    return os.path.join(home, *_origin_parts(path, relative), os.path.basename(path))
-
-
-def _mirror_origin(path: str, home: str, relative: list[str]) -> None:
+def _mirror_origin(path: str, home: str, parts: list[str], relative: list[str], copy: str) -> None:
     """Lay out ``home`` so that each of the copy's ``$ORIGIN``-relative run
     paths reaches what the original's reaches: the copy's own directories
-    (and those above it, up to ``home``) are real, everything else is a link
-    into the original's surroundings."""
-    parts = _origin_parts(path, relative)
+    (``parts``, and those above them up to ``home``) are real, everything
+    else is a link into the original's surroundings."""
     origin = os.path.dirname(os.path.abspath(path))
     own = {os.path.join(home, *parts[:i]) for i in range(len(parts) + 1)}
-    copy = _copy_in_tree(path, home, relative)
     os.makedirs(os.path.dirname(copy), exist_ok=True)
-    for rel in dict.fromkeys(posixpath.normpath(rel or ".") for rel in relative):
+    for rel in relative:
         up = _climbs(rel)
         if up > len(parts):
             continue  # above the file system's root
-        rest = [part for part in rel.split("/")[up:] if part not in ("", ".")]
+        rest = [part for part in rel.split("/")[up:] if part != "."]
         mirror = os.path.join(home, *parts[: len(parts) - up], *rest[:1])
         target = os.path.join(origin, *[".."] * up, *rest[:1])
         _link(mirror, os.path.realpath(target), own, copy)
