@@ -17,7 +17,8 @@ typedef struct {
   PJRT_Device* device; /* where buf lives; NULL until asked (buffer_device) */
   PJRT_Memory* memory; /* the memory space it lives in; NULL until asked (buffer_memory) */
   int pins;          /* calls using buf without the GIL (each also holds the client) */
-  int exports;       /* DLPack capsules lending buf's memory (dlpack_export.c), each holding b */
+  int exports;       /* DLPack capsules (dlpack_export.c) and staged reads (staging_d2h.c)
+                        lending buf's memory, each holding b: it is not donated */
   acct_tag acct;     /* the bytes buf counts (accounting.h) */
   unsigned char state;        /* BUF_* as Python sees it */
   unsigned char ready;        /* known ready without error (never goes back) */

@@ -121,14 +121,23 @@ static PyObject* buffer_copy_to_device(BufferObject* b, PyObject* device) {
   return promise_waited(buffer_copy_to_device_async(b, device));
 }
 
+/* Without the GIL, b pinned: XLA's CPU client answers for a buffer whose
+ * execution has not started by waiting for it. */
 static PyObject* buffer_unsafe_pointer(BufferObject* b, PyObject* unused) {
   (void)unused;
-  if (buffer_live(b) < 0) return NULL;
+  if (buffer_pin(b) < 0) return NULL;
+  pjrt_py_client* c = b->c;
+  client_enter_checked(c); /* b is live: c takes work */
   PJRT_Buffer_UnsafePointer_Args args = {0};
   args.struct_size = PJRT_Buffer_UnsafePointer_Args_STRUCT_SIZE;
   args.buffer = b->buf;
-  PJRT_Error* error = b->c->api->PJRT_Buffer_UnsafePointer(&args);
-  if (error != NULL) return raise_pjrt(b->c->api, error);
+  PJRT_Error* error;
+  Py_BEGIN_ALLOW_THREADS
+  error = c->api->PJRT_Buffer_UnsafePointer(&args);
+  Py_END_ALLOW_THREADS
+  buffer_unpin(b); /* frees the handle now if another thread deleted b */
+  client_leave(c);
+  if (error != NULL) return raise_pjrt(c->api, error);
   return PyLong_FromUnsignedLongLong((unsigned long long)args.buffer_pointer);
 }
 

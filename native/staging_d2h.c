@@ -16,9 +16,10 @@
  * failure (the source's, a chunk's, or the interpreter exiting) is raised by
  * value() with the plugin's error code. The job holds what it writes into
  * and reads from: the array, the Buffer (pinned, so delete() leaves the
- * handle until the job ends, and with a PJRT external reference, so the
- * plugin will not donate it), and the client; these are let go with the GIL
- * at the end, and kept for good if the interpreter is exiting by then.
+ * handle until the job ends; counted as lent, so no execution of ours
+ * donates it; and, once ready, with a PJRT external reference: d2h_hold),
+ * and the client; these are let go with the GIL at the end, and kept for
+ * good if the interpreter is exiting by then.
  */
 #include "staging.h"
 
@@ -124,6 +125,7 @@ static void d2h_release_with_gil(void* arg) {
   }
   BufferObject* b = j->b;
   j->b = NULL;
+  b->exports--;
   buffer_unpin(b); /* frees the handle if b was deleted meanwhile */
   Py_DECREF(b);
   Py_CLEAR(j->array);
@@ -191,6 +193,22 @@ static void d2h_pipeline(struct staging_job* j, PJRT_Error** failure, int* code,
   }
 }
 
+/* Takes a PJRT external reference on the ready source, so that not even a
+ * donation from outside pjrt_py takes it from under the copy. Only now: XLA's
+ * CPU client answers IncreaseExternalReferenceCount on a buffer still being
+ * computed by waiting for it (CpuRawBuffer::OpaqueDeviceMemoryDataPointer),
+ * which, taken at to_numpy_async with the GIL, held the caller and every
+ * Python thread until the work upstream was done. */
+static void d2h_hold(struct staging_job* j) {
+  if (!PJRT_PY_HAS(j->api, PJRT_Buffer_IncreaseExternalReferenceCount)) return;
+  PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
+  inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;
+  inc.buffer = j->handle;
+  PJRT_Error* error = j->api->PJRT_Buffer_IncreaseExternalReferenceCount(&inc);
+  j->external_ref = error == NULL;
+  error_destroy(j->api, error);
+}
+
 static void d2h_run(void* arg) {
   struct staging_job* j = (struct staging_job*)arg;
   const PJRT_Api* api = j->api;
@@ -206,7 +224,10 @@ static void d2h_run(void* arg) {
     w.event = j->ready;
     failure = api->PJRT_Event_Await(&w); /* the source's own failure */
     event_destroy(api, j->ready);
-    if (failure == NULL) d2h_pipeline(j, &failure, &code, &why);
+    if (failure == NULL) {
+      d2h_hold(j);
+      d2h_pipeline(j, &failure, &code, &why);
+    }
     if (j->external_ref && staging_may_call(j->c)) {
       PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
       dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
@@ -335,13 +356,9 @@ static PyObject* staged_from_device(BufferObject* b, PyObject* array, size_t ndi
   j->api = api;
   Py_INCREF(b);
   b->pins++;
+  b->exports++; /* lent: no execution of ours donates it (non_donatable_indices) */
   j->b = b;
   j->handle = b->buf;
-  if (PJRT_PY_HAS(api, PJRT_Buffer_IncreaseExternalReferenceCount)) {
-    PJRT_Error* held = buffer_hold_memory(b);
-    j->external_ref = held == NULL;
-    error_destroy(api, held);
-  }
   Py_INCREF(array);
   j->array = array;
   j->dst = (char*)PyArray_DATA((PyArrayObject*)array);

@@ -250,3 +250,34 @@ def test_round_trip_property(array: np.ndarray) -> None:
     out = client.buffer(array).to_numpy()
     assert out.shape == array.shape and out.dtype == array.dtype
     assert out.tobytes() == np.ascontiguousarray(array).tobytes()  # bit-exact, NaNs too
+
+
+def test_unsafe_pointer_of_queued_work_lets_other_threads_run(client: pjrt_py.Client) -> None:
+    # XLA's CPU client answers UnsafePointer for a result whose execution has
+    # not started by waiting for it: that wait must not hold the GIL.
+    import threading  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from conftest import slow_work  # noqa: PLC0415
+
+    double = client.compile(
+        "func.func @main(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {\n"
+        "  %0 = stablehlo.add %x, %x : tensor<256x256xf32>\n"
+        "  return %0 : tensor<256x256xf32>\n}"
+    )
+    running = slow_work(client, 0.5)()
+    queued = double.execute_async(running).buffer()
+    entering = threading.Event()
+    pointers: list[int] = []
+
+    def ask() -> None:
+        entering.set()
+        pointers.append(queued.unsafe_pointer())
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    entering.wait()
+    time.sleep(0.05)  # the asker is inside the call (or, rarely, about to be)
+    assert not running.is_ready()  # this thread ran while the work did
+    asker.join()
+    assert pointers and pointers[0] != 0

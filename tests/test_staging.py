@@ -196,6 +196,50 @@ def test_to_numpy_async_returns_before_the_source_is_ready(staged: pjrt_py.Clien
     np.testing.assert_array_equal(got, pending.value().to_numpy())
 
 
+DOUBLE = """
+func.func @main(%x: tensor<256x256xf32>{donor}) -> tensor<256x256xf32> {{
+  %0 = stablehlo.add %x, %x : tensor<256x256xf32>
+  return %0 : tensor<256x256xf32>
+}}
+"""
+
+
+def test_to_numpy_async_of_queued_work_waits_for_nothing(staged: pjrt_py.Client) -> None:
+    # XLA's CPU client gives an execution queued behind another its output's
+    # memory only when it starts, and answers IncreaseExternalReferenceCount
+    # on such a buffer by waiting for it. to_numpy_async once took that
+    # reference at the call, with the GIL held: the caller, and every other
+    # Python thread, waited for the work upstream.
+    double = staged.compile(DOUBLE.format(donor=""))
+    running = slow_work(staged, 0.3)()
+    queued = double.execute_async(running)
+    promise = queued.to_numpy_async()
+    assert not running.is_ready()  # the call returned while the work ran
+    np.testing.assert_array_equal(promise.value(), 2 * running.value().to_numpy())
+
+
+def test_a_staged_read_keeps_its_source_from_donation(staged: pjrt_py.Client) -> None:
+    double = staged.compile(DOUBLE.format(donor=""))
+    exe = staged.compile(DOUBLE.format(donor=" {tf.aliasing_output = 0 : i32}"))
+    running = slow_work(staged, 0.3)()
+    pending = double.execute_async(running)
+    array = pending.to_numpy_async()
+    assert not running.is_ready()
+    doubled = exe.execute_async(pending)  # asks to donate what the read will copy
+    source = pending.value()
+    assert not source.is_deleted  # not donated: the read still needs it
+    got = array.value()
+    np.testing.assert_array_equal(got, source.to_numpy())
+    np.testing.assert_array_equal(doubled.value().to_numpy(), 2 * got)
+    # Once the read has let the source go, donation is as asked.
+    end = time.monotonic() + 10
+    while source._exports and time.monotonic() < end:
+        time.sleep(0.002)
+    assert source._exports == 0
+    exe.execute(source)
+    assert source.is_deleted
+
+
 def test_value_timeout_then_the_result(staged: pjrt_py.Client) -> None:
     promise = slow_work(staged, 0.3)().to_numpy_async()
     with pytest.raises(TimeoutError, match="not ready after"):

@@ -258,8 +258,9 @@ def non_donatable_indices(
 
     The caller's ``non_donatable``, plus any donated parameter given a buffer
     whose memory the host still owns (zero-copy, staged, or a DLPack view of
-    another framework's array), or one lent to a DLPack consumer right now:
-    donating it would hand memory someone else reads to the program's output.
+    another framework's array), or one lent right now (to a DLPack consumer,
+    or read by a staged ``to_numpy_async``): donating it would hand memory
+    someone else reads to the program's output.
     """
     n = len(rows[0]) if rows else 0
     if refused is None:
