@@ -354,28 +354,6 @@ static PyObject* buffer_delete(BufferObject* b, PyObject* unused) {
   Py_RETURN_NONE;
 }
 
-/* _pjrt_deleted(): whether PJRT consumed the handle (donation). */
-static PyObject* buffer_pjrt_deleted(BufferObject* b, PyObject* unused) {
-  (void)unused;
-  if (b->buf == NULL || !state_pjrt_allowed(b->c)) Py_RETURN_FALSE;
-  PJRT_Buffer_IsDeleted_Args args = {0};
-  args.struct_size = PJRT_Buffer_IsDeleted_Args_STRUCT_SIZE;
-  args.buffer = b->buf;
-  PJRT_Error* error = b->c->api->PJRT_Buffer_IsDeleted(&args);
-  if (error != NULL) {
-    error_destroy(b->c->api, error);
-    Py_RETURN_FALSE;
-  }
-  return PyBool_FromLong(args.is_deleted);
-}
-
-/* _retire_donated(): PJRT consumed it; any later use raises. */
-static PyObject* buffer_retire_donated(BufferObject* b, PyObject* unused) {
-  (void)unused;
-  buffer_retire(b, BUF_DONATED);
-  Py_RETURN_NONE;
-}
-
 /* ---- readiness ----------------------------------------------------------------- */
 
 static PyObject* buffer_is_ready(BufferObject* b, PyObject* unused) {

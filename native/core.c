@@ -18,6 +18,7 @@
 #include "host.c"
 #include "buffer.c"
 #include "accounting.c"
+#include "donation.c"
 #include "releases.c"
 #include "layout.c"
 #include "dlpack_export.c"

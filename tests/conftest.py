@@ -25,6 +25,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -136,6 +137,46 @@ def slow_work(client: pjrt_py.Client, seconds: float = 0.1) -> Callable[[], pjrt
     x = client.buffer(np.eye(256, dtype=np.float32) * 0.5)
     count = np.int64(slow_loop_count(client, seconds))
     return lambda: exe.execute_async(x, count)
+
+
+DOUBLE_256 = """
+func.func @main(%x: tensor<256x256xf32>{donor}) -> tensor<256x256xf32> {{
+  %0 = stablehlo.add %x, %x : tensor<256x256xf32>
+  return %0 : tensor<256x256xf32>
+}}
+"""
+
+
+@functools.cache
+def doubling(client: pjrt_py.Client, donate: bool = False) -> pjrt_py.Executable:
+    """x + x on a 256x256 f32 (slow_work's result), donating x if asked."""
+    return client.compile(DOUBLE_256.format(donor=" {tf.aliasing_output = 0 : i32}" * donate))
+
+
+def queued_work(
+    client: pjrt_py.Client, seconds: float = 0.3
+) -> tuple[pjrt_py.BufferPromise, pjrt_py.BufferPromise]:
+    """(running, queued): about ``seconds`` of work, and an execution queued
+    behind it. XLA's CPU client gives a queued execution's output its memory
+    only when it starts, and some PJRT calls on such a buffer wait for that."""
+    running = slow_work(client, seconds)()
+    return running, doubling(client).execute_async(running)
+
+
+def lets_threads_run(call: Callable[[], object], running: pjrt_py.BufferPromise) -> object:
+    """Runs ``call`` on another thread and checks this one ran while ``running``
+    (work ``call`` may wait for) had not finished: the wait let go of the GIL.
+    Returns what ``call`` returned."""
+    entering = threading.Event()
+    got: list[object] = []
+    thread = threading.Thread(target=lambda: (entering.set(), got.append(call())))
+    thread.start()
+    entering.wait()
+    time.sleep(0.05)  # the call has begun (or, rarely, is about to)
+    assert not running.is_ready(), "the call held the GIL while it waited for the work"
+    thread.join()
+    assert got, "the call raised"
+    return got[0]
 
 
 def slow_loop_child(client: pjrt_py.Client, seconds: float, name: str = "slow") -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from conftest import lets_threads_run, queued_work
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -255,29 +256,6 @@ def test_round_trip_property(array: np.ndarray) -> None:
 def test_unsafe_pointer_of_queued_work_lets_other_threads_run(client: pjrt_py.Client) -> None:
     # XLA's CPU client answers UnsafePointer for a result whose execution has
     # not started by waiting for it: that wait must not hold the GIL.
-    import threading  # noqa: PLC0415
-    import time  # noqa: PLC0415
-
-    from conftest import slow_work  # noqa: PLC0415
-
-    double = client.compile(
-        "func.func @main(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {\n"
-        "  %0 = stablehlo.add %x, %x : tensor<256x256xf32>\n"
-        "  return %0 : tensor<256x256xf32>\n}"
-    )
-    running = slow_work(client, 0.5)()
-    queued = double.execute_async(running).buffer()
-    entering = threading.Event()
-    pointers: list[int] = []
-
-    def ask() -> None:
-        entering.set()
-        pointers.append(queued.unsafe_pointer())
-
-    asker = threading.Thread(target=ask)
-    asker.start()
-    entering.wait()
-    time.sleep(0.05)  # the asker is inside the call (or, rarely, about to be)
-    assert not running.is_ready()  # this thread ran while the work did
-    asker.join()
-    assert pointers and pointers[0] != 0
+    running, queued = queued_work(client, 0.5)
+    buf = queued.buffer()
+    assert lets_threads_run(buf.unsafe_pointer, running) != 0

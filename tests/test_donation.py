@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import doubling, lets_threads_run, queued_work
 
 import pjrt_py
 
@@ -132,3 +133,16 @@ def test_ordered_execution_still_donates(client: pjrt_py.Client, donate_x) -> No
     out = donate_x.execute(x, ones(client, 2.0), ordered=True)
     assert x.is_deleted
     np.testing.assert_array_equal(out.to_numpy(), np.full(8, 3, np.float32))
+
+
+def test_donating_queued_work_lets_other_threads_run(client: pjrt_py.Client) -> None:
+    # XLA's CPU client of PJRT 0.81 waits in PJRT_Buffer_Destroy of a donated
+    # buffer for the execution it went to to start; pjrt_py destroys it when
+    # it retires the donated Buffer, which must not hold the GIL meanwhile.
+    donating = doubling(client, donate=True)
+    running, queued = queued_work(client, 0.5)
+    buf = queued.buffer()
+    out = lets_threads_run(lambda: donating.execute_async(buf), running)
+    assert buf.is_deleted
+    assert isinstance(out, pjrt_py.BufferPromise)
+    np.testing.assert_array_equal(out.value().to_numpy(), 4 * running.value().to_numpy())

@@ -21,7 +21,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import gpu_client_or_skip, in_threads, matmul_chain, run_python, slow_work
+from conftest import (
+    doubling,
+    gpu_client_or_skip,
+    in_threads,
+    matmul_chain,
+    queued_work,
+    run_python,
+    slow_work,
+)
 
 import pjrt_py
 from pjrt_py.runtime import staging
@@ -196,36 +204,23 @@ def test_to_numpy_async_returns_before_the_source_is_ready(staged: pjrt_py.Clien
     np.testing.assert_array_equal(got, pending.value().to_numpy())
 
 
-DOUBLE = """
-func.func @main(%x: tensor<256x256xf32>{donor}) -> tensor<256x256xf32> {{
-  %0 = stablehlo.add %x, %x : tensor<256x256xf32>
-  return %0 : tensor<256x256xf32>
-}}
-"""
-
-
 def test_to_numpy_async_of_queued_work_waits_for_nothing(staged: pjrt_py.Client) -> None:
-    # XLA's CPU client gives an execution queued behind another its output's
-    # memory only when it starts, and answers IncreaseExternalReferenceCount
-    # on such a buffer by waiting for it. to_numpy_async once took that
-    # reference at the call, with the GIL held: the caller, and every other
-    # Python thread, waited for the work upstream.
-    double = staged.compile(DOUBLE.format(donor=""))
-    running = slow_work(staged, 0.3)()
-    queued = double.execute_async(running)
+    # XLA's CPU client answers IncreaseExternalReferenceCount on a queued
+    # execution's output by waiting for it to start. to_numpy_async once took
+    # that reference at the call, with the GIL held: the caller, and every
+    # other Python thread, waited for the work upstream.
+    running, queued = queued_work(staged)
     promise = queued.to_numpy_async()
     assert not running.is_ready()  # the call returned while the work ran
     np.testing.assert_array_equal(promise.value(), 2 * running.value().to_numpy())
 
 
 def test_a_staged_read_keeps_its_source_from_donation(staged: pjrt_py.Client) -> None:
-    double = staged.compile(DOUBLE.format(donor=""))
-    exe = staged.compile(DOUBLE.format(donor=" {tf.aliasing_output = 0 : i32}"))
-    running = slow_work(staged, 0.3)()
-    pending = double.execute_async(running)
+    running, pending = queued_work(staged)
     array = pending.to_numpy_async()
     assert not running.is_ready()
-    doubled = exe.execute_async(pending)  # asks to donate what the read will copy
+    donating = doubling(staged, donate=True)
+    doubled = donating.execute_async(pending)  # asks to donate what the read will copy
     source = pending.value()
     assert not source.is_deleted  # not donated: the read still needs it
     got = array.value()
@@ -236,7 +231,7 @@ def test_a_staged_read_keeps_its_source_from_donation(staged: pjrt_py.Client) ->
     while source._exports and time.monotonic() < end:
         time.sleep(0.002)
     assert source._exports == 0
-    exe.execute(source)
+    donating.execute(source)
     assert source.is_deleted
 
 
