@@ -200,7 +200,8 @@ static void d2h_pipeline(struct staging_job* j, PJRT_Error** failure, int* code,
  * which, taken at to_numpy_async with the GIL, held the caller and every
  * Python thread until the work upstream was done. */
 static void d2h_hold(struct staging_job* j) {
-  if (!PJRT_PY_HAS(j->api, PJRT_Buffer_IncreaseExternalReferenceCount)) return;
+  if (!PJRT_PY_HAS(j->api, PJRT_Buffer_IncreaseExternalReferenceCount) || !staging_may_call(j->c))
+    return;
   PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
   inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;
   inc.buffer = j->handle;
