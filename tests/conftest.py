@@ -166,16 +166,26 @@ def queued_work(
 def lets_threads_run(call: Callable[[], object], running: pjrt_py.BufferPromise) -> object:
     """Runs ``call`` on another thread and checks this one ran while ``running``
     (work ``call`` may wait for) had not finished: the wait let go of the GIL.
-    Returns what ``call`` returned."""
+    Returns what ``call`` returned, or raises what it raised."""
     entering = threading.Event()
     got: list[object] = []
-    thread = threading.Thread(target=lambda: (entering.set(), got.append(call())))
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        entering.set()
+        try:
+            got.append(call())
+        except BaseException as e:  # raised on the caller's thread below
+            failed.append(e)
+
+    thread = threading.Thread(target=run)
     thread.start()
     entering.wait()
     time.sleep(0.05)  # the call has begun (or, rarely, is about to)
     assert not running.is_ready(), "the call held the GIL while it waited for the work"
     thread.join()
-    assert got, "the call raised"
+    if failed:
+        raise failed[0]
     return got[0]
 
 
