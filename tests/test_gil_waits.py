@@ -39,14 +39,12 @@ def transfers() -> dict[str, Call]:
 
 def calls(client: pjrt_py.Client) -> dict[str, Call]:
     """What a program may do with a Buffer whose work has not finished."""
-    other = client.devices[1 % len(client.devices)]
     found: dict[str, Call] = {
         "delete": lambda b: b.delete(),
         "repr": repr,
         "is_ready": lambda b: b.is_ready(),
         "memory": lambda b: b.memory,
         "copy.copy": copy.copy,
-        "copy_to_device_async": lambda b: b.copy_to_device_async(other),
         "execute_async": lambda b: doubling(client).execute_async(b),
         "execute_async, donating": lambda b: doubling(client, donate=True).execute_async(b),
         "execute": lambda b: doubling(client).execute(b),
@@ -54,10 +52,15 @@ def calls(client: pjrt_py.Client) -> dict[str, Call]:
         "unsafe_pointer": lambda b: b.unsafe_pointer(),
         **transfers(),
     }
+    # Copies elsewhere only: a plugin may refuse a copy to where the buffer is.
+    if len(client.devices) > 1:
+        found["copy_to_device_async"] = lambda b: b.copy_to_device_async(client.devices[1])
+    here = client.default_device.default_memory.kind
     for memory in client.default_device.memories:
-        found[f"copy_to_memory_async {memory.kind}"] = lambda b, kind=memory.kind: (
-            b.copy_to_memory_async(kind)
-        )
+        if memory.kind != here:
+            found[f"copy_to_memory_async {memory.kind}"] = lambda b, kind=memory.kind: (
+                b.copy_to_memory_async(kind)
+            )
     return found
 
 
