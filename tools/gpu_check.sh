@@ -13,8 +13,9 @@
 #   device     nvidia-smi, versions, the staging settings a client gets
 #   smoke      a staged 256 MiB round trip, checked, with the ring's counters
 #   sweep      tools/staging_sweep.py: chunk size x copier threads, threshold
-#   pytest     tests/test_staging.py, every gpu-marked test, and the
-#              capability-gated buffer and memory tests, on $PJRT_PLUGIN (cuda)
+#   pytest     tests/test_staging.py, every gpu-marked test, the
+#              capability-gated buffer and memory tests, and no call waiting
+#              with the GIL (test_gil_waits.py), on $PJRT_PLUGIN (cuda)
 #   bandwidth  benchmarks/bandwidth.py: pjrt_py (unstaged, staged), jax, torch
 #   dispatch   benchmarks/dispatch.py
 # Name steps to run only those (a rerun after one failed or ran out of time).
@@ -84,7 +85,8 @@ pytest_step() {
   local rc=0
   $PY -m pytest $PYTEST_OPTS tests/test_staging.py || rc=1
   $PY -m pytest $PYTEST_OPTS -m gpu tests || rc=1
-  $PY -m pytest $PYTEST_OPTS tests/test_buffer.py tests/test_memory_spaces.py || rc=1
+  $PY -m pytest $PYTEST_OPTS tests/test_buffer.py tests/test_memory_spaces.py \
+    tests/test_gil_waits.py || rc=1
   return $rc
 }
 
