@@ -301,21 +301,28 @@ static int buffer_ready_ok(BufferObject* b) {
 
 /* ---- holding a buffer's memory -------------------------------------------------- */
 
-/* Takes a PJRT external reference on b's handle: until it is dropped, the
- * memory stays where it is and the plugin will not donate it. */
-static PJRT_Error* buffer_hold_memory(BufferObject* b) {
+/* Takes a PJRT external reference on a handle: until it is dropped, the
+ * memory stays where it is and the plugin will not donate it. No GIL needed
+ * (staging_d2h.c holds a pinned handle from its driver thread). */
+static PJRT_Error* handle_hold_memory(const PJRT_Api* api, PJRT_Buffer* buf) {
   PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
   inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;
-  inc.buffer = b->buf;
-  return b->c->api->PJRT_Buffer_IncreaseExternalReferenceCount(&inc);
+  inc.buffer = buf;
+  return api->PJRT_Buffer_IncreaseExternalReferenceCount(&inc);
 }
 
-static void buffer_release_memory(BufferObject* b) {
+static void handle_release_memory(const PJRT_Api* api, PJRT_Buffer* buf) {
   PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
   dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
-  dec.buffer = b->buf;
-  error_destroy(b->c->api, b->c->api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
+  dec.buffer = buf;
+  error_destroy(api, api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
 }
+
+static PJRT_Error* buffer_hold_memory(BufferObject* b) {
+  return handle_hold_memory(b->c->api, b->buf);
+}
+
+static void buffer_release_memory(BufferObject* b) { handle_release_memory(b->c->api, b->buf); }
 
 /* The address of b's data (valid while an external reference is held). */
 static PJRT_Error* buffer_data_address(BufferObject* b, void** data) {

@@ -202,10 +202,7 @@ static void d2h_pipeline(struct staging_job* j, PJRT_Error** failure, int* code,
 static void d2h_hold(struct staging_job* j) {
   if (!PJRT_PY_HAS(j->api, PJRT_Buffer_IncreaseExternalReferenceCount) || !staging_may_call(j->c))
     return;
-  PJRT_Buffer_IncreaseExternalReferenceCount_Args inc = {0};
-  inc.struct_size = PJRT_Buffer_IncreaseExternalReferenceCount_Args_STRUCT_SIZE;
-  inc.buffer = j->handle;
-  PJRT_Error* error = j->api->PJRT_Buffer_IncreaseExternalReferenceCount(&inc);
+  PJRT_Error* error = handle_hold_memory(j->api, j->handle);
   j->external_ref = error == NULL;
   error_destroy(j->api, error);
 }
@@ -229,12 +226,7 @@ static void d2h_run(void* arg) {
       d2h_hold(j);
       d2h_pipeline(j, &failure, &code, &why);
     }
-    if (j->external_ref && staging_may_call(j->c)) {
-      PJRT_Buffer_DecreaseExternalReferenceCount_Args dec = {0};
-      dec.struct_size = PJRT_Buffer_DecreaseExternalReferenceCount_Args_STRUCT_SIZE;
-      dec.buffer = j->handle;
-      error_destroy(api, api->PJRT_Buffer_DecreaseExternalReferenceCount(&dec));
-    }
+    if (j->external_ref && staging_may_call(j->c)) handle_release_memory(api, j->handle);
   }
   staging_job_ended(j->ring, j->c); /* the ring is not touched again */
   pthread_mutex_lock(&j->mu);
