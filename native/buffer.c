@@ -82,8 +82,11 @@ static void buffer_set_origin(BufferObject* b, const buffer_origin* origin) {
   if (origin->row_major != 0) b->row_major = origin->row_major;
 }
 
-/* Destroys the PJRT handle and drops the client reference, once. */
-static void buffer_free_handle(BufferObject* b) {
+/* Destroys the PJRT handle and drops the client reference, once. With the
+ * GIL; `unlocked`: released around the destroy, the client held for it as a
+ * call (close() and the exit sequence wait for it), where the plugin may
+ * wait in it (donation.c). */
+static void buffer_free_handle(BufferObject* b, bool unlocked) {
   PJRT_Buffer* buf = b->buf;
   pjrt_py_client* c = b->c;
   b->buf = NULL;
@@ -91,7 +94,15 @@ static void buffer_free_handle(BufferObject* b) {
   acct_drop(&b->acct);
   if (c == NULL) return;
   if (buf != NULL && state_pjrt_allowed(c)) {
-    buffer_handle_destroy(c->api, buf);
+    if (unlocked) {
+      client_enter_checked(c);
+      Py_BEGIN_ALLOW_THREADS
+      buffer_handle_destroy(c->api, buf);
+      Py_END_ALLOW_THREADS
+      client_leave(c);
+    } else {
+      buffer_handle_destroy(c->api, buf);
+    }
   }
   client_unref(c);
 }
@@ -106,7 +117,7 @@ static int buffer_pin(BufferObject* b) {
 /* Frees the handle of a buffer dead to Python once nothing uses it: no call
  * (pins) and no DLPack export lending its memory (exports, dlpack_export.c). */
 static void buffer_free_if_unused(BufferObject* b) {
-  if (b->pins == 0 && b->exports == 0 && b->state != BUF_LIVE) buffer_free_handle(b);
+  if (b->pins == 0 && b->exports == 0 && b->state != BUF_LIVE) buffer_free_handle(b, false);
 }
 
 static void buffer_unpin(BufferObject* b) {
@@ -124,7 +135,7 @@ static void buffer_retire(BufferObject* b, int state) {
 static void buffer_dealloc(BufferObject* b) {
   PyObject_GC_UnTrack(b);
   if (b->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject*)b);
-  buffer_free_handle(b);
+  buffer_free_handle(b, false);
   Py_CLEAR(b->client);
   Py_CLEAR(b->meta);
   PyTypeObject* type = Py_TYPE(b);

@@ -25,25 +25,11 @@ static PyObject* buffer_pjrt_deleted(BufferObject* b, PyObject* unused) {
 
 /* _retire_donated(): PJRT consumed it; any later use raises. The handle is
  * destroyed without the GIL: XLA's CPU client of PJRT 0.81 waits in
- * PJRT_Buffer_Destroy for the execution the buffer went to to start. */
+ * PJRT_Buffer_Destroy for the execution the buffer went to to start. As
+ * buffer_retire, the free left to the last call or export using it. */
 static PyObject* buffer_retire_donated(BufferObject* b, PyObject* unused) {
   (void)unused;
-  pjrt_py_client* c = b->c;
-  if (b->state != BUF_LIVE || b->pins != 0 || b->exports != 0 || b->buf == NULL || c == NULL ||
-      !state_pjrt_allowed(c)) {
-    buffer_retire(b, BUF_DONATED);
-    Py_RETURN_NONE;
-  }
-  b->state = BUF_DONATED;
-  PJRT_Buffer* buf = b->buf;
-  b->buf = NULL;
-  b->c = NULL; /* its reference is dropped below */
-  acct_drop(&b->acct);
-  client_enter_checked(c); /* close() and the exit sequence wait for the call */
-  Py_BEGIN_ALLOW_THREADS
-  buffer_handle_destroy(c->api, buf);
-  Py_END_ALLOW_THREADS
-  client_leave(c);
-  client_unref(c);
+  if (b->state == BUF_LIVE) b->state = BUF_DONATED;
+  if (b->pins == 0 && b->exports == 0) buffer_free_handle(b, true);
   Py_RETURN_NONE;
 }
