@@ -104,16 +104,16 @@ def staged(rep: int, chain: bytes, shim: str) -> None:
     exe = c.deserialize(chain)
     big = np.ones(1 << 22, np.float32)  # 16 MiB: 256 chunks
     threading.Thread(target=c.buffer, args=(big,), daemon=True).start()
-    # Uploaded before the work starts: this upload shares the ring's two slots
-    # with the thread's, and under load took long enough for a result made
-    # before it to be ready by the exit (CI: "nothing was in flight").
+    # A ready source: uploaded (sharing the ring's two slots with the thread's
+    # upload) before the work starts, so the wait for slots is not in it.
     ready = c.buffer(big[: 1 << 20])
     out = c.buffer(np.eye(N, dtype=np.float32))
     # Chained on unmade outputs: some 90 ms of work on one core, work that ends
     # where the exit waits for it; where it waits for nothing, some 0.3 s.
     # (CI failed three times on "nothing was in flight": to_numpy_async below
     # waited, with the GIL, for the work it reads to start, so most of it was
-    # done by the exit. It no longer waits; test_staging checks that.)
+    # done by the exit. It no longer waits; test_staging and test_gil_waits
+    # check that.)
     stages = 10 if float(os.environ["PJRT_PY_EXIT_TIMEOUT"]) == 0 else 3
     for _ in range(stages):
         out = exe.execute_async(out)
