@@ -4,7 +4,8 @@
  *
  *   staging_ring.c  the per-client ring: settings, memory, slots, statistics
  *   staging_pool.c  the copier threads (a parallel memcpy) and the driver
- *                   thread that runs device-to-host jobs and ends uploads
+ *                   threads (one per device) that run device-to-host jobs
+ *                   and end uploads
  *   staging_h2d.c   host to device, run by the calling thread
  *   staging_d2h.c   device to host, run by the driver, and its promise
  */
@@ -18,11 +19,12 @@ enum { RING_UNTRIED = 0, RING_ALLOCATING = 1, RING_READY = 2, RING_FAILED = 3 };
 
 #define STAGING_MAX_SLOTS 16
 
-/* Work for the driver thread: run(arg), once. Embedded in what it runs, so
- * that posting it never allocates. */
+/* Work for a driver thread: run(arg), once. Embedded in what it runs, so
+ * that posting it never allocates. `lane` picks the driver (staging_lane). */
 typedef struct staging_work {
   void (*run)(void* arg);
   void* arg;
+  int lane;
   struct staging_work* next;
 } staging_work;
 
@@ -48,6 +50,7 @@ struct staging_ring {
   char* base;          /* nslots * chunk_bytes, page-aligned; NULL until first used */
   size_t size;
   long active;         /* jobs holding the ring (its settings and memory stay) */
+  int starving;        /* jobs holding no slot that wait for one (staging_slot_take) */
   long h2d_jobs, d2h_jobs, chunks; /* counters, for tests and benchmarks */
   char why_unmapped[200];          /* the plugin's answer to DmaMap, if it refused */
   staging_slot slots[STAGING_MAX_SLOTS];
@@ -89,6 +92,7 @@ static char g_staging_not_taken;
 /* staging_pool.c */
 static void staging_copy(char* dst, const char* src, size_t len);
 static void staging_post(staging_work* work);
+static int staging_lane(const pjrt_py_client* c, PJRT_Device* device);
 static void staging_notify(staging_work* work);
 
 /* staging_ring.c */
@@ -96,7 +100,7 @@ static bool staging_wanted(pjrt_py_client* c, size_t nbytes);
 static bool staging_hold(pjrt_py_client* c);
 static void staging_unhold(staging_ring* r);
 static int staging_ring_ensure(staging_ring* r);
-static staging_slot* staging_slot_take(staging_ring* r, long wait_ns);
+static staging_slot* staging_slot_take(staging_ring* r, long wait_ns, bool holding);
 static void staging_slot_give(staging_ring* r, staging_slot* s);
 static bool staging_may_call(pjrt_py_client* c);
 static PyObject* staging_exception(int code, const char* message);

@@ -147,7 +147,8 @@ static void d2h_pipeline(struct staging_job* j, PJRT_Error** failure, int* code,
   bool stop = false;
   for (;;) {
     while (!stop && issued < count && issued - landed < (size_t)r->nslots) {
-      staging_slot* s = staging_slot_take(r, issued == landed ? PJRT_PY_SLICE_NS : 0);
+      staging_slot* s =
+          staging_slot_take(r, issued == landed ? PJRT_PY_SLICE_NS : 0, issued > landed);
       if (s == NULL) break;
       size_t offset = issued * chunk;
       PJRT_Buffer_CopyRawToHost_Args a = {0};
@@ -360,6 +361,7 @@ static PyObject* staged_from_device(BufferObject* b, PyObject* array, size_t ndi
   j->starts = 2;
   j->work.run = d2h_run;
   j->work.arg = j;
+  j->work.lane = staging_lane(c, buffer_device(b));
   j->release.run = d2h_release;
   j->release.arg = j;
   ((PromiseObject*)promise)->job = j;

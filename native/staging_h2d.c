@@ -201,6 +201,7 @@ static BufferObject* staged_to_device(PyObject* client, pjrt_py_client* c, PyArr
   j->manager = m;
   j->work.run = h2d_finish;
   j->work.arg = j;
+  j->work.lane = staging_lane(c, device);
   __atomic_add_fetch(&c->transfers, 1, __ATOMIC_ACQ_REL); /* until h2d_finish */
   pthread_mutex_lock(&r->mu);
   r->h2d_jobs++;
@@ -223,7 +224,10 @@ static BufferObject* staged_to_device(PyObject* client, pjrt_py_client* c, PyArr
       stop = H2D_STOPPED;
       break;
     }
-    staging_slot* s = staging_slot_take(r, H2D_SIGNAL_CHECK_NS);
+    pthread_mutex_lock(&r->mu);
+    bool holding = j->inflight > 0; /* slots in DMAs: let a job that has none go first */
+    pthread_mutex_unlock(&r->mu);
+    staging_slot* s = staging_slot_take(r, H2D_SIGNAL_CHECK_NS, holding);
     if (s == NULL) continue; /* all in DMAs: look for signals, then wait again */
     size_t len = nbytes - offset < chunk ? nbytes - offset : chunk;
     s->job = j;

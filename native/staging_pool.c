@@ -7,15 +7,21 @@
  * (it can always finish alone). Parts start at 4 KiB multiples of the
  * chunk's offset, which keeps each part's alignment the chunk's.
  *
- * Driver. One thread runs what no caller waits for: device-to-host jobs
- * (staging_d2h.c, queued when their source is ready) and the end of uploads
- * (destroying a transfer manager once its last chunk is done). It blocks on
- * DMAs, never on Python. A second thread, the notifier, lets go of what a
- * finished download held and runs its promise's done callbacks, with the
- * GIL: a callback that waits for another staged copy must not wait on the
- * very thread that would run it.
+ * Drivers. A driver thread runs what no caller waits for: device-to-host
+ * jobs (staging_d2h.c, queued when their source is ready) and the end of
+ * uploads (destroying a transfer manager once its last chunk is done). It
+ * blocks on DMAs, never on Python. There is one driver per device (a lane:
+ * the device's place in its client, modulo STAGING_DRIVERS): each device has
+ * a link of its own, and with one driver for all, a read from device 1 waited
+ * for a large read from device 0 to end, which made gathering a result
+ * spread over several GPUs a serial walk. Jobs of one device keep their
+ * order. A job never waits for a ring slot while it holds one whose DMA has
+ * not landed (d2h_pipeline), so drivers sharing a ring cannot deadlock.
+ * Another thread, the notifier, lets go of what a finished download held
+ * and runs its promise's done callbacks, with the GIL: a callback that waits
+ * for another staged copy must not wait on the very thread that would run it.
  *
- * Both are process-wide and started on first use. In a child made by fork()
+ * All are process-wide and started on first use. In a child made by fork()
  * they do not exist: staging_after_fork() forgets them, and the next use
  * starts new ones (the parent's clients, and so their jobs, are unusable
  * there anyway).
@@ -27,6 +33,7 @@
 
 #define STAGING_PART_MIN (256 << 10) /* smaller parts are not worth a thread */
 #define STAGING_MAX_COPIERS 64
+#define STAGING_DRIVERS 8 /* lanes: the devices of a large GPU host */
 
 typedef struct copy_task {
   char* dst;
@@ -53,9 +60,11 @@ typedef struct {
   int started;
 } work_queue;
 
-static work_queue g_driver = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0};
-static work_queue g_notifier = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL,
-                                0};
+#define QUEUE_INIT {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, NULL, 0}
+static work_queue g_drivers[STAGING_DRIVERS] = {QUEUE_INIT, QUEUE_INIT, QUEUE_INIT, QUEUE_INIT,
+                                                QUEUE_INIT, QUEUE_INIT, QUEUE_INIT, QUEUE_INIT};
+_Static_assert(STAGING_DRIVERS == 8, "one QUEUE_INIT per driver");
+static work_queue g_notifier = QUEUE_INIT;
 
 /* Copies the parts of t not taken yet; returns when none is left to take. */
 static void copy_parts(copy_task* t) {
@@ -188,15 +197,25 @@ static void queue_post(work_queue* q, staging_work* work) {
   pthread_mutex_unlock(&q->mu);
 }
 
-static void staging_post(staging_work* work) { queue_post(&g_driver, work); }
-static void staging_notify(staging_work* work) { queue_post(&g_notifier, work); }
-
-static void queue_after_fork(work_queue* q) {
+static void queue_init(work_queue* q) {
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->cv, NULL);
   q->head = q->tail = NULL;
   q->started = 0;
 }
+
+/* The driver lane of a job on `device` of c: its place among c's devices. */
+static int staging_lane(const pjrt_py_client* c, PJRT_Device* device) {
+  for (size_t i = 0; device != NULL && i < c->num_places; i++)
+    if (c->place_devices[i] == device) return (int)(i % STAGING_DRIVERS);
+  return 0;
+}
+
+static void staging_post(staging_work* work) {
+  queue_post(&g_drivers[(unsigned)work->lane % STAGING_DRIVERS], work);
+}
+
+static void staging_notify(staging_work* work) { queue_post(&g_notifier, work); }
 
 /* After fork(), in the child: no copier or driver thread exists, and their
  * locks may have been held by one. Queued work was the parent's. */
@@ -206,8 +225,8 @@ static void staging_after_fork(void) {
   pthread_cond_init(&g_pool_left, NULL);
   g_pool_tasks = NULL;
   g_copiers_started = 0;
-  queue_after_fork(&g_driver);
-  queue_after_fork(&g_notifier);
+  for (int i = 0; i < STAGING_DRIVERS; i++) queue_init(&g_drivers[i]);
+  queue_init(&g_notifier);
 }
 
 /* staging_copiers(n=None) -> the number of threads a staged chunk is copied

@@ -121,32 +121,39 @@ static int staging_ring_ensure(staging_ring* r) {
 
 /* A free slot, taken; waits up to wait_ns for one (< 0: as long as it
  * takes), else NULL. The event of the slot's last DMA is destroyed here. No
- * GIL needed. */
-static staging_slot* staging_slot_take(staging_ring* r, long wait_ns) {
+ * GIL needed. A job `holding` slots whose DMA is in flight leaves free slots
+ * to jobs holding none that wait for one (r->starving): without that, a
+ * large read retook each slot it gave back before a waiting job woke, and a
+ * small read of another device could wait for the whole of it. */
+static staging_slot* staging_slot_take(staging_ring* r, long wait_ns, bool holding) {
+  bool starving = wait_ns != 0 && !holding;
   struct timespec until;
   if (wait_ns > 0) deadline_in(&until, wait_ns);
+  staging_slot* s = NULL;
   pthread_mutex_lock(&r->mu);
+  if (starving) r->starving++;
+  bool last = wait_ns == 0;
   for (;;) {
-    for (int i = 0; i < r->nslots; ++i) {
-      staging_slot* s = &r->slots[i];
-      if (s->busy) continue;
-      s->busy = 1;
-      PJRT_Event* old = s->event;
-      s->event = NULL;
-      r->chunks++;
-      pthread_mutex_unlock(&r->mu);
-      event_destroy(r->c->api, old);
-      return s;
-    }
-    if (wait_ns == 0) break;
+    for (int i = 0; s == NULL && i < r->nslots && (!holding || r->starving == 0); ++i)
+      if (!r->slots[i].busy) s = &r->slots[i];
+    if (s != NULL || last) break;
     if (wait_ns < 0) {
       pthread_cond_wait(&r->cv, &r->mu);
     } else if (pthread_cond_timedwait(&r->cv, &r->mu, &until) == ETIMEDOUT) {
-      wait_ns = 0; /* one last look */
+      last = true; /* one last look */
     }
   }
+  if (starving && --r->starving == 0) pthread_cond_broadcast(&r->cv); /* holders may take */
+  PJRT_Event* old = NULL;
+  if (s != NULL) {
+    s->busy = 1;
+    old = s->event;
+    s->event = NULL;
+    r->chunks++;
+  }
   pthread_mutex_unlock(&r->mu);
-  return NULL;
+  event_destroy(r->c->api, old);
+  return s;
 }
 
 /* Gives a slot back: its DMA (if any) is over. No GIL needed. */

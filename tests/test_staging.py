@@ -313,6 +313,31 @@ def test_staged_copies_from_many_threads(staged: pjrt_py.Client) -> None:
     assert idle(staged)
 
 
+@pytest.mark.needs_devices(2)
+def test_a_read_from_one_device_does_not_wait_for_another_devices(
+    staged: pjrt_py.Client,
+) -> None:
+    """Each device has a driver thread of its own, and a job reading ahead
+    leaves free ring slots to a job waiting for one: a small read from device
+    1 ends while a large one from device 0, started first, still runs. With
+    one driver for all it could only end after the large one."""
+    d0, d1 = staged.devices[:2]
+    large_x = random_array(32 << 20, np.uint8, seed=1)  # 2,048 chunks through 3 slots
+    small_x = random_array(4 * CHUNK, np.uint8, seed=2)
+    large, small = staged.buffer(large_x, device=d0), staged.buffer(small_x, device=d1)
+    overtook = []
+    for _ in range(3):  # the large read must still run when the small one ends
+        slow = large.to_numpy_async()
+        quick = small.to_numpy_async()
+        same_bits(quick.value(), small_x)
+        overtook.append(not slow.is_ready())
+        same_bits(slow.value(), large_x)
+        if overtook[-1]:
+            break
+    assert any(overtook), "the small read ended only after the large one, each time"
+    assert idle(staged)
+
+
 # -- failures and races ------------------------------------------------------------
 
 
