@@ -32,7 +32,10 @@ def header_dir() -> Path:
     if override:
         path = Path(override)
         return path if path.is_dir() else path.parent
-    spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
+    try:
+        spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
+    except ModuleNotFoundError:  # not even the xla_plugins namespace
+        spec = None
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("install xla-cpu-pjrt (it ships pjrt_c_api.h)")
     return Path(next(iter(spec.submodule_search_locations))) / "include"

@@ -545,6 +545,9 @@ def build_so(tmp_path: Path, name: str, source: str, include_header: bool = Fals
     if include_header:
         from benchmarks._common import header_dir  # noqa: PLC0415
 
-        cmd.insert(1, f"-I{header_dir()}")
+        try:
+            cmd.insert(1, f"-I{header_dir()}")
+        except FileNotFoundError as e:  # a GPU machine has no CPU plugin's wheel
+            pytest.skip(f"needs pjrt_c_api.h to build a test plugin: {e}")
     subprocess.run(cmd, check=True)
     return so

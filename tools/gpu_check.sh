@@ -9,7 +9,7 @@
 #
 # `run` installs the wheel into $SITE (/tmp/site) and runs each step with a limit,
 # writing STEP.txt (and the benchmarks' JSON) under $OUT (./gpu_out if unset),
-# and one line per step to summary.txt. The steps, in order (some 7 minutes):
+# and one line per step to summary.txt. The steps, in order (some 8 minutes):
 #   device     nvidia-smi, versions, the staging settings a client gets
 #   smoke      a staged 256 MiB round trip, checked, with the ring's counters
 #   sweep      tools/staging_sweep.py: chunk size x copier threads, threshold
@@ -18,9 +18,13 @@
 #              with the GIL (test_gil_waits.py), on $PJRT_PLUGIN (cuda)
 #   bandwidth  benchmarks/bandwidth.py: pjrt_py (unstaged, staged), jax, torch
 #   dispatch   benchmarks/dispatch.py
+#   callbacks  benchmarks/callbacks.py: a host callback's round trip on the
+#              GPU next to jax.jit + pure_callback
 # Name steps to run only those (a rerun after one failed or ran out of time).
-# One step runs only when named, in a call of its own (the device tool's
-# calls last at most 10 minutes):
+# The device tool's calls last at most 10 minutes, and all of the above can
+# pass that: give them as two calls, `run device smoke sweep pytest` and then
+# `run bandwidth dispatch callbacks`.
+# One step runs only when named, in a call of its own:
 #   suite      the whole suite, PJRT_PLUGIN=cuda pytest, as far as 9 minutes go
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -148,6 +152,9 @@ run() {
   fi
   if named suite; then  # -x off: every failure is worth seeing; each test has its limit
     step suite 540 $PY -m pytest $PYTEST_OPTS -p no:randomly --durations=15 tests
+  fi
+  if wanted callbacks; then
+    step callbacks 120 $PY -m benchmarks.callbacks --json "$OUT/callbacks.json"
   fi
   echo "== done: $OUT"
   cat "$OUT/summary.txt"
