@@ -40,6 +40,7 @@ from ._common import cli, interleaved, machine, target
 
 LIMIT = 0.75
 OURS = "pjrt_py: register_callback"
+OURS_VIEWS = "pjrt_py: register_callback, copy=False"
 OURS_PLAIN = "pjrt_py: same program, no callback"
 OURS_JIT = "pjrt_py.jit: jax.pure_callback"
 JAX = "jax.jit: jax.pure_callback"
@@ -85,15 +86,18 @@ def _timers(client: pjrt_py.Client, target: str, jax_device: Any) -> dict[str, A
     import jax
 
     pjrt_py.register_callback(target, _identity, client=client)
+    pjrt_py.register_callback(f"{target}_views", _identity, client=client, copy=False)
     with_cb = client.compile(WITH_CALLBACK.replace("@bench_identity(", f"@{target}("))
+    with_views = client.compile(WITH_CALLBACK.replace("@bench_identity(", f"@{target}_views("))
     without = client.compile(WITHOUT)
     x = np.arange(8, dtype=np.float32)
     buf = client.buffer(x)
     ours_jit = pjrt_py.jit(_f, client=client)
-    for out in (with_cb.execute(buf), ours_jit(buf)):
+    for out in (with_cb.execute(buf), with_views.execute(buf), ours_jit(buf)):
         np.testing.assert_array_equal(out.to_numpy(), 2 * x)
     timers = {
         OURS: _loop(lambda: with_cb.execute_async(buf)),
+        OURS_VIEWS: _loop(lambda: with_views.execute_async(buf)),
         OURS_PLAIN: _loop(lambda: without.execute_async(buf)),
         OURS_JIT: _loop(lambda: ours_jit(buf)),
     }
@@ -148,7 +152,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         f"The callback itself (with minus without) costs {cost_ours:.1f} us in pjrt_py's handler "
         f"and {cost_jax:.1f} us in jax's.",
         "pjrt_py.jit runs jax's own callable (which moves the operands into jax arrays with "
-        "device_put); register_callback hands the function numpy views.",
+        "device_put); register_callback hands the function numpy copies (copy=True, "
+        "the default), or read-only views of the program's memory with copy=False.",
     ]
     gpu = _gpu(n, repeats)
     if "skipped" in gpu:

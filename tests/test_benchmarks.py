@@ -296,6 +296,7 @@ def test_suite_measures_a_host_callback_round_trip(suite: tuple[Path, str]) -> N
     us = report["us_per_call"]
     assert list(us) == [
         "pjrt_py: register_callback",
+        "pjrt_py: register_callback, copy=False",
         "pjrt_py: same program, no callback",
         "pjrt_py.jit: jax.pure_callback",
         "jax.jit: jax.pure_callback",

@@ -5,6 +5,7 @@ interpreter with a timeout."""
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import Any
@@ -93,18 +94,19 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("copy", [True, False], ids=["copies", "views"])
 @pytest.mark.parametrize(("dtype", "shape", "fn"), CASES, ids=lambda v: getattr(v, "__name__", v))
 def test_a_numpy_function_runs_inside_the_program(
-    client: pjrt_py.Client, dtype: Any, shape: tuple[int, ...], fn: Any
+    client: pjrt_py.Client, dtype: Any, shape: tuple[int, ...], fn: Any, copy: bool
 ) -> None:
-    name = f"np_{np.dtype(dtype).name}_{len(shape)}"
+    name = f"np_{np.dtype(dtype).name}_{len(shape)}_{copy}"
 
     def callback(x: np.ndarray) -> np.ndarray:
-        assert not x.flags.writeable
+        assert x.flags.writeable == x.flags.owndata == copy
         out = np.asarray(fn(x), dtype=dtype)
         return out.reshape(x.shape)
 
-    pjrt_py.register_callback(name, callback, client=client)
+    pjrt_py.register_callback(name, callback, client=client, copy=copy)
     exe = client.compile(unary(name, mlir(dtype, shape)))
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(shape) * 10).astype(dtype)
@@ -216,35 +218,87 @@ def test_strided_results_are_copied_in_order(client: pjrt_py.Client) -> None:
     np.testing.assert_array_equal(exe.execute(m).to_numpy(), m)
 
 
-def test_operands_are_read_only_views(client: pjrt_py.Client) -> None:
+def test_operands_are_copies_the_callback_may_write_and_keep(client: pjrt_py.Client) -> None:
+    kept: list[np.ndarray] = []
+
+    def writes_and_keeps(x: np.ndarray) -> np.ndarray:
+        y = x + 1  # computed before the write below
+        x[0] = 100  # its own copy: the program's memory is untouched
+        kept.append(x[1:])
+        return y
+
+    pjrt_py.register_callback("writes_and_keeps", writes_and_keeps, client=client)
+    exe = client.compile(
+        "func.func @main(%x: tensor<3xf32>) -> (tensor<3xf32>, tensor<3xf32>) {\n"
+        "  %y = stablehlo.custom_call @writes_and_keeps(%x) {api_version = 4 : i32}"
+        " : (tensor<3xf32>) -> tensor<3xf32>\n"
+        "  %z = stablehlo.add %x, %x : tensor<3xf32>\n"
+        "  return %y, %z : tensor<3xf32>, tensor<3xf32>\n}"
+    )
+    for i in range(3):
+        y, z = exe.execute(np.full(3, i, np.float32))
+        np.testing.assert_array_equal(y.to_numpy(), np.full(3, i + 1, np.float32))
+        np.testing.assert_array_equal(z.to_numpy(), np.full(3, 2 * i, np.float32))
+    del exe
+    gc.collect()
+    assert [k.tolist() for k in kept] == [[0, 0], [1, 1], [2, 2]]
+
+
+def test_views_are_read_only(client: pjrt_py.Client) -> None:
     def writes(x: np.ndarray) -> np.ndarray:
         x[0] = 1  # the program's memory: refused by numpy
         return x
 
-    pjrt_py.register_callback("writes_operand", writes, client=client)
+    pjrt_py.register_callback("writes_operand", writes, client=client, copy=False)
     exe = client.compile(unary("writes_operand", "tensor<2xf32>"))
     with pytest.raises(pjrt_py.PjrtError, match="read-only"):
         exe.execute(np.zeros(2, np.float32)).to_numpy()
 
 
-def test_keeping_a_view_fails_and_copy_true_allows_it(client: pjrt_py.Client) -> None:
+def test_keeping_a_view_fails_the_execution(client: pjrt_py.Client) -> None:
     kept: list[np.ndarray] = []
 
     def keep(x: np.ndarray) -> np.ndarray:
         kept.append(x[1:])  # a view derived from the operand
         return x
 
-    pjrt_py.register_callback("keeps_view", keep, client=client)
+    pjrt_py.register_callback("keeps_view", keep, client=client, copy=False)
     exe = client.compile(unary("keeps_view", "tensor<3xf32>"))
     with pytest.raises(
         pjrt_py.FailedPreconditionError, match="kept a reference to one of its operands"
     ):
         exe.execute(np.zeros(3, np.float32)).to_numpy()
-    kept.clear()
-    pjrt_py.register_callback("keeps_view", keep, client=client, copy=True)
-    for i in range(3):
-        exe.execute(np.full(3, i, np.float32)).to_numpy()
-    assert [k.tolist() for k in kept] == [[0, 0], [1, 1], [2, 2]]
+    kept.clear()  # never read: it points at memory XLA has freed
+
+
+KEEPS_A_LARGE_OPERAND = """
+import gc
+import numpy as np
+import pjrt_py
+c = pjrt_py.Client()
+kept = []
+pjrt_py.register_callback("keep_large", lambda x: kept.append(x) or np.array(x), client=c)
+n = 1 << 24
+exe = c.compile(
+    f"func.func @main(%x: tensor<{n}xf32>) -> tensor<{n}xf32> {{\\n"
+    f"  %a = stablehlo.add %x, %x : tensor<{n}xf32>\\n"
+    f"  %y = stablehlo.custom_call @keep_large(%a) {{api_version = 4 : i32}}"
+    f" : (tensor<{n}xf32>) -> tensor<{n}xf32>\\n"
+    f"  return %y : tensor<{n}xf32>\\n}}"
+)
+y = exe.execute(np.ones(n, np.float32)).to_numpy()
+del exe
+gc.collect()
+assert float(kept[0].sum()) == float(y.sum()) == 2.0 * n, (kept[0][:4], y[:4])
+print("ok")
+"""
+
+
+def test_a_default_callback_may_keep_a_large_operand() -> None:
+    # The attack that made copying the default: with views, reading the kept
+    # 64 MiB operand after the execution crashed the interpreter 10 runs of 10.
+    done = run_python(KEEPS_A_LARGE_OPERAND)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-3000:]
 
 
 def test_callbacks_without_results_and_with_tokens_run_in_program_order(

@@ -28,11 +28,14 @@ Decisions (see docs/callbacks.md):
   and copies the results back (``native/host_callback_gpu.c``). The CUDA
   driver is loaded with ``dlopen`` at the first CUDA registration; without
   it, and on any other platform (ROCm included), ``UnsupportedError``.
-* **Operands are views**, read-only and valid during the call only
-  (``copy=False``, the default: no copy, whatever the size). A view kept
-  after the call would read memory XLA has reused, so keeping one (in a list,
-  a global, a returned closure) fails the execution with a message that says
-  so. ``copy=True`` hands out copies that may be kept.
+* **Operands are copies** (``copy=True``, the default): numpy arrays ``fn``
+  owns, which it may write to and keep. ``copy=False`` hands out read-only
+  views of the program's memory instead, with no copy whatever the size,
+  valid during the call only. That is an unsafe opt-in, like
+  ``Buffer.unsafe_pointer``: a view kept past the call (or any array made
+  from it) reads memory XLA has freed or reused, which can be wrong numbers
+  or a crash. pjrt_py sees a kept view and fails the execution with a
+  message that says so, but it cannot take the view back.
 * **Results** must match exactly: a numpy array (or anything
   ``np.asarray`` takes) of the declared shape and dtype; no silent casts.
   A callback with one result returns an array (or a 1-tuple), with several a
@@ -235,7 +238,7 @@ def register_callback(
     *,
     platform: str | None = None,
     client: Client | None = None,
-    copy: bool = False,
+    copy: bool = True,
 ) -> None:
     """Make ``stablehlo.custom_call @name`` (``api_version = 4``) call ``fn``.
 
@@ -254,8 +257,9 @@ def register_callback(
         Names the plugin to register with (the default client's if None).
         Registration is process-wide.
     copy : bool
-        Hand ``fn`` copies of the operands, which it may keep, rather than
-        views valid during the call only.
+        True (the default): hand ``fn`` copies of the operands, which it may
+        write to and keep. False: read-only views of the program's memory,
+        valid during the call only; keeping one is unsafe (see above).
 
     Raises
     ------
