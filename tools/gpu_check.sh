@@ -2,8 +2,10 @@
 # The GPU check of pjrt_py, in one go, on a lent GPU machine (no network, no
 # installs: see ../shared/gpu/README.md). Two halves:
 #
-#   bash tools/gpu_check.sh prepare     # here, with network: builds .gpu/ (the
-#                                       # wheel, and cffi + pycparser for cp312)
+#   bash tools/gpu_check.sh prepare     # here, with network, in the dev venv
+#                                       # (pip install -e ".[test]"): builds .gpu/
+#                                       # (the wheel, cffi + pycparser for cp312,
+#                                       # the benchmarks' C loops)
 #   bash tools/gpu_check.sh run [STEP]  # there, from the repo root, with .gpu/
 #                                       # (the device tool: carry [".gpu"])
 #
@@ -36,7 +38,14 @@ prepare() {
   rm -rf .gpu && mkdir -p .gpu/whl && cp dist/*.whl .gpu/whl/
   python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
     --implementation cp --platform manylinux2014_x86_64 -d .gpu/whl cffi pycparser
-  ls -l .gpu/whl
+  # The benchmarks' C loops, built here: the GPU machine has no pjrt_c_api.h
+  # (no CPU plugin wheel), and perhaps no compiler. They need only libc.
+  mkdir -p .gpu/lib
+  for source in c_dispatch.c c_transfer.c; do
+    python3 -c "import sys; from benchmarks._common import build_c; build_c(sys.argv[1], '.gpu/lib')" \
+      "$source"
+  done
+  ls -l .gpu/whl .gpu/lib
 }
 
 device_step() {
@@ -134,6 +143,7 @@ run() {
   # PYTHONPATH after the wheel, for benchmarks/).
   export PYTHONPATH=$site:$ROOT PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1 PYTHONFAULTHANDLER=1
   export XLA_PYTHON_CLIENT_PREALLOCATE=false PJRT_PLUGIN=${PJRT_PLUGIN:-cuda}
+  export PJRT_PY_BENCH_LIBS=$ROOT/.gpu/lib  # the C loops, built by prepare
   export PY="python3 -P"
   PYTEST_OPTS="-o pythonpath=tests -p no:cacheprovider -q -rs --continue-on-collection-errors"
   if $PY -c "import pytest_timeout" 2>/dev/null; then PYTEST_OPTS+=" --timeout=120"; fi
