@@ -307,3 +307,44 @@ def test_suite_measures_a_host_callback_round_trip(suite: tuple[Path, str]) -> N
     ratio = us["pjrt_py: register_callback"] / us["jax.jit: jax.pure_callback"]
     targets = [(t["name"], t["value"], t["limit"]) for t in report["targets"]]
     assert targets == [("register_callback round trip / jax.jit pure_callback", ratio, 0.75)]
+
+
+def test_cuda_table_writes_a_gpu_checks_figures_between_its_markers(
+    suite: tuple[Path, str], tmp_path: Path
+) -> None:
+    # A GPU check's output folder, made of this run's CPU reports (the JSON
+    # is the same on a GPU) and a device.json as tools/gpu_check.sh writes it.
+    docs, _ = suite
+    reports = json.loads((docs / "performance" / "results.json").read_text())
+    out = tmp_path / "gpu_out"
+    out.mkdir()
+    for name in ("bandwidth", "dispatch"):
+        (out / f"{name}.json").write_text(json.dumps(reports[name]))
+    device = {"gpu": "NVIDIA H100 80GB HBM3, 81559 MiB", "plugin": "jax-cuda13-pjrt 0.11.2"}
+    (out / "device.json").write_text(json.dumps({**device, "pjrt": "0.90", "jax": "0.11.2"}))
+    page = tmp_path / "performance.md"
+    markers = (
+        "<!-- cuda: start (python -m benchmarks.cuda_table GPU_OUT) -->\nNo CUDA run yet.\n"
+        "<!-- cuda: end -->"
+    )
+    page.write_text(f"# Performance\n\nProse before.\n\n{markers}\n\nProse after.\n")
+    run_module("benchmarks.cuda_table", str(out), "--doc", str(page))
+    text = page.read_text()
+    assert text.startswith("# Performance\n\nProse before.\n") and text.endswith("Prose after.\n")
+    assert "No CUDA run yet." not in text
+    assert "NVIDIA H100 80GB HBM3, 81559 MiB, jax-cuda13-pjrt 0.11.2 (PJRT 0.90)" in text
+    assert "torch absent" in text and "Not in this run: callbacks." in text
+    assert "| dispatch | dispatch / C loop |" in text  # the targets, from the reports
+    assert f"### bandwidth: {reports['bandwidth']['what']}" in text
+    assert "| " + " | ".join(reports["dispatch"]["table"][1]) + " |" in text
+    (out / "callbacks.json").write_text(json.dumps(reports["callbacks"]))
+    run_module("benchmarks.cuda_table", str(out), "--doc", str(page))
+    again = page.read_text()
+    assert again.count("<!-- cuda: start") == 1 and "Not in this run" not in again
+    assert "The GPU round trip was not measured: needs a plugin whose devices are GPUs" in again
+    assert again.endswith("Prose after.\n")
+    gpu_part = {"device": "cuda:0", "us_per_call": {"pjrt_py: register_callback": 31.5}}
+    gpu_part["ratio"] = {"pjrt_py: register_callback": 0.25}  # the shape callbacks._gpu writes
+    (out / "callbacks.json").write_text(json.dumps({**reports["callbacks"], "gpu": gpu_part}))
+    run_module("benchmarks.cuda_table", str(out), "--doc", str(page))
+    assert "| pjrt_py: register_callback | 31.50 | 0.25 |" in page.read_text()

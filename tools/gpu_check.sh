@@ -25,7 +25,9 @@
 # Name steps to run only those (a rerun after one failed or ran out of time).
 # The device tool's calls last at most 10 minutes, and all of the above can
 # pass that: give them as two calls, `run device smoke sweep pytest` and then
-# `run bandwidth dispatch callbacks`.
+# `run bandwidth dispatch callbacks`. Then, here, on the outputs the device
+# tool brought back: python -m benchmarks.cuda_table <its files_at>/gpu_out
+# writes the CUDA section of docs/performance.md.
 # One step runs only when named, in a call of its own:
 #   suite      the whole suite, PJRT_PLUGIN=cuda pytest, as far as 9 minutes go
 set -uo pipefail
@@ -51,6 +53,9 @@ prepare() {
 device_step() {
   nvidia-smi
   $PY - <<'PYTHON'
+import json
+import os
+import subprocess
 import sys
 
 import numpy
@@ -62,11 +67,24 @@ c = pjrt_py.Client()
 print(sys.version.split()[0], "numpy", numpy.__version__)
 print(c, c.plugin.path, c.plugin.version_text, "pjrt_py from", pjrt_py.__file__)
 print("staging", staging.stats(c))
+# device.json: what benchmarks/cuda_table.py names the run by
+info = {"pjrt": c.plugin.version_text, "plugin": os.path.basename(c.plugin.path)}
+for p in pjrt_py.plugins():
+    if os.path.realpath(p.path) == os.path.realpath(c.plugin.path):
+        info["plugin"] = f"{p.distribution} {p.version}"
+smi = ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"]
+try:
+    info["gpu"] = subprocess.run(smi, capture_output=True, text=True).stdout.strip() or str(c.devices[0])
+except OSError:
+    info["gpu"] = str(c.devices[0])
 for name in ("jax", "torch"):
     try:
-        print(name, __import__(name).__version__)
+        info[name] = __import__(name).__version__
     except Exception as e:  # noqa: BLE001
         print(name, "absent:", e)
+print(info)
+with open(os.path.join(os.environ["OUT"], "device.json"), "w") as f:
+    json.dump(info, f, indent=2)
 PYTHON
 }
 
@@ -125,7 +143,7 @@ wanted() { [ ${#STEPS[@]} = 0 ] || [[ " ${STEPS[*]} " == *" $1 "* ]]; }
 named() { [[ " ${STEPS[*]} " == *" $1 "* ]]; }
 
 run() {
-  OUT=${OUT:-$ROOT/gpu_out}
+  export OUT=${OUT:-$ROOT/gpu_out}
   local site=${SITE:-/tmp/site}
   mkdir -p "$OUT"
   if ! python3 -m pip install -q --no-index --no-deps --target "$site" .gpu/whl/*.whl \

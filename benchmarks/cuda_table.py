@@ -1,0 +1,105 @@
+"""Write the CUDA part of docs/performance.md from a GPU check's output.
+
+    python -m benchmarks.cuda_table GPU_OUT [--doc docs/performance.md]
+
+GPU_OUT is the folder ``tools/gpu_check.sh run`` wrote (``gpu_out/``, or the
+device tool's copy of it): ``device.json`` (the GPU, the plugin, versions)
+and the JSON of the ``bandwidth``, ``dispatch`` and ``callbacks`` steps.
+Only the part of the page between the CUDA markers is rewritten; a step that
+did not run is named as missing, not guessed. The tables are the benchmarks'
+own, as on CPU, so the CUDA figures read like the CPU ones beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .report import markdown_table
+
+START = "<!-- cuda: start (python -m benchmarks.cuda_table GPU_OUT) -->"
+END = "<!-- cuda: end -->"
+STEPS = ("bandwidth", "dispatch", "callbacks")
+
+
+def _load(folder: Path, name: str) -> dict[str, Any] | None:
+    path = folder / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _targets(reports: dict[str, dict[str, Any]]) -> list[str]:
+    rows = [["benchmark", "target", "measured", "limit", "met"]]
+    for name, report in reports.items():
+        for t in report.get("targets", []):
+            sign = "<=" if t["kind"] == "max" else ">="
+            met = "yes" if t["met"] else "**no**"
+            rows.append([name, t["name"], f"{t['value']:.3g}", f"{sign} {t['limit']:g}", met])
+    return ["### Targets", markdown_table(rows)] if len(rows) > 1 else []
+
+
+def _notes(notes: list[str]) -> list[str]:
+    return ["\n".join(f"- {note}" for note in notes)] if notes else []
+
+
+def _callbacks_gpu(report: dict[str, Any]) -> list[str]:
+    gpu = report.get("gpu", {})
+    if "us_per_call" not in gpu:
+        return [f"The GPU round trip was not measured: {gpu.get('skipped', 'no GPU part')}."]
+    ratio = gpu.get("ratio", {})
+    rows = [["call (f32[8], waited for)", "us per call", "x jax.jit pure_callback"]]
+    for name, us in gpu["us_per_call"].items():
+        rows.append([name, f"{us:.2f}", f"{ratio[name]:.2f}" if name in ratio else "-"])
+    return [markdown_table(rows)] + _notes(gpu.get("notes", []))
+
+
+def section(folder: Path) -> str:
+    """The CUDA section for the outputs in ``folder``."""
+    device = _load(folder, "device") or {}
+    reports = {name: r for name in STEPS if (r := _load(folder, name)) is not None}
+    missing = [name for name in STEPS if name not in reports]
+    machine = next(iter(reports.values()), {}).get("machine", {})
+    blocks = [
+        START,
+        f"Measured by `tools/gpu_check.sh` on {device.get('gpu', 'an unnamed GPU')}, "
+        f"{device.get('plugin', 'an unnamed plugin')} (PJRT {device.get('pjrt', '?')}), "
+        f"Python {machine.get('python', '?')}, {machine.get('cpus', '?')} CPUs; "
+        f"jax {device.get('jax', 'absent')}, torch {device.get('torch', 'absent')}.",
+    ]
+    if missing:
+        blocks.append("Not in this run: " + ", ".join(missing) + ".")
+    blocks += _targets(reports)
+    for name, report in reports.items():
+        blocks.append(f"### {name}: {report.get('what', '')}")
+        if name == "callbacks":
+            blocks += _callbacks_gpu(report)
+        else:
+            blocks += [markdown_table(report["table"])] + _notes(report.get("notes", []))
+    blocks.append(END)
+    return "\n\n".join(blocks)
+
+
+def write(doc: Path, text: str) -> None:
+    """Replace the CUDA section of ``doc`` (or append one)."""
+    page = doc.read_text()
+    if START not in page or END not in page:
+        raise SystemExit(f"{doc} has no CUDA markers ({START} ... {END})")
+    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
+    doc.write_text(pattern.sub(lambda _: text, page, count=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("gpu_out", type=Path, help="the folder tools/gpu_check.sh run wrote")
+    parser.add_argument("--doc", type=Path, default=Path("docs/performance.md"))
+    opts = parser.parse_args()
+    if not opts.gpu_out.is_dir():
+        parser.error(f"{opts.gpu_out} is not a folder")
+    write(opts.doc, section(opts.gpu_out))
+    print(f"wrote the CUDA section of {opts.doc}")
+
+
+if __name__ == "__main__":
+    main()
