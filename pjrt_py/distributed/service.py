@@ -22,10 +22,12 @@ order matters; a test of it runs each process as a subprocess.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import socket
+import tempfile
 import threading
-from typing import Any
+from typing import IO, Any
 
 from ..client import Client
 from ..runtime.discovery import plugin_info
@@ -93,6 +95,59 @@ def check_coordinator_address(address: str) -> tuple[str, int]:
     return host, port
 
 
+def claim_service_port(host: str, port: int) -> IO[str] | None:
+    """Check that process 0 can serve on ``(host, port)``, and keep other
+    pjrt_py jobs on this machine from serving there: returns the held lock
+    (release it with ``.close()``), or None where the lock file is another
+    user's.
+
+    jaxlib's gRPC server crashes the process when it cannot bind: on a port
+    another program listened on, ``initialize`` died of SIGSEGV 5 runs of 5
+    (jax's own ``initialize`` too). And gRPC binds with ``SO_REUSEPORT``, so
+    a second job serving the same address started as well, and the two jobs'
+    clients met each other's service, which aborted one of them (8 runs of
+    11). So: an exclusive lock per port in the temporary directory (jobs on
+    this machine), then a trial bind without ``SO_REUSEPORT`` (anything else
+    listening there). A program that takes the port between this check and
+    the service's bind still crashes jaxlib; the window is a few milliseconds.
+
+    Raises
+    ------
+    ValueError
+        Naming the port and what holds it.
+    """
+    lock: IO[str] | None
+    try:
+        path = os.path.join(tempfile.gettempdir(), f"pjrt_py_coordinator_{port}.lock")
+        lock = open(path, "a")  # noqa: SIM115 (held until shutdown, past this call)
+    except PermissionError:
+        lock = None  # another user's job made it: only the trial bind can tell
+    if lock is not None:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            raise ValueError(
+                f"coordinator port {port} is already served by another pjrt_py job on this "
+                "machine: give each job its own coordinator_address"
+            ) from None
+    failures = []
+    for family, kind, proto, _, where in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        with socket.socket(family, kind, proto) as trial:
+            trial.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC does
+            try:
+                trial.bind(where)
+                return lock  # gRPC serves if one resolved address binds
+            except OSError as e:
+                failures.append(f"{where[0]}: {e.strerror or e}")
+    if lock is not None:
+        lock.close()
+    raise ValueError(
+        f"coordinator address {host}:{port} cannot be served here ({'; '.join(failures)}): "
+        "another program listens on that port, or the host is not this machine's"
+    )
+
+
 def initialize(
     coordinator_address: str | None = None,
     num_processes: int | None = None,
@@ -146,13 +201,16 @@ def initialize(
             "Open MPI environment, or $PJRT_PY_COORDINATOR, $PJRT_PY_NUM_PROCESSES, "
             "$PJRT_PY_PROCESS_ID)"
         )
+    for name, value in (("num_processes", num_processes), ("process_id", process_id)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {value!r}")
     if not 0 <= process_id < num_processes:
         raise ValueError(f"process_id {process_id} is not in [0, {num_processes})")
     if isinstance(init_timeout_s, bool) or not isinstance(init_timeout_s, int):
         raise TypeError(f"init_timeout_s must be an int of seconds, got {init_timeout_s!r}")
     if not 0 < init_timeout_s <= 86400:
         raise ValueError(f"init_timeout_s must be in (0, 86400] seconds, got {init_timeout_s}")
-    check_coordinator_address(address)
+    host, port = check_coordinator_address(address)
     from jax._src.lib import _jax  # type: ignore[attr-defined]  # jaxlib: optional
 
     loaded = load_plugin(plugin) if not hasattr(plugin, "address") else plugin
@@ -164,25 +222,29 @@ def initialize(
     with _lock:
         if _state:
             raise ValueError("pjrt_py.distributed is already initialized in this process")
-        service = None
-        if process_id == 0:
-            service = _jax.get_distributed_runtime_service(address, num_processes)
-        connection = _jax.get_distributed_runtime_client(
-            address, process_id, init_timeout=init_timeout_s
-        )
-        connection.connect()
-        store = JaxCoordinationStore(connection, key_prefix)
-        settings = dict(options or {})
-        if num_processes > 1:  # one process needs no node options (0.115 refuses them)
-            settings.update(num_nodes=num_processes, node_id=process_id)
+        service = port_lock = connection = None
         try:
+            if process_id == 0:
+                port_lock = claim_service_port(host, port)
+                service = _jax.get_distributed_runtime_service(address, num_processes)
+            connection = _jax.get_distributed_runtime_client(
+                address, process_id, init_timeout=init_timeout_s
+            )
+            connection.connect()
+            store = JaxCoordinationStore(connection, key_prefix)
+            settings = dict(options or {})
+            if num_processes > 1:  # one process needs no node options (0.115 refuses them)
+                settings.update(num_nodes=num_processes, node_id=process_id)
             client = Client(loaded, settings, kv_store=store)
         except BaseException:
-            connection.shutdown()
+            if connection is not None:
+                connection.shutdown()
             if service is not None:
                 service.shutdown()
+            if port_lock is not None:
+                port_lock.close()
             raise
-        _state.update(client=client, connection=connection, service=service)
+        _state.update(client=client, connection=connection, service=service, port_lock=port_lock)
     return client
 
 
@@ -193,6 +255,7 @@ def shutdown(barrier_timeout_s: int = 300) -> None:
         if not _state:
             return
         client, connection, service = _state["client"], _state["connection"], _state["service"]
+        port_lock = _state["port_lock"]
         _state.clear()
     client.close()
     try:
@@ -201,6 +264,8 @@ def shutdown(barrier_timeout_s: int = 300) -> None:
         connection.shutdown()
         if service is not None:
             service.shutdown()
+        if port_lock is not None:
+            port_lock.close()  # another job may serve the port now
 
 
 def _env_int(name: str) -> int | None:
@@ -210,4 +275,10 @@ def _env_int(name: str) -> int | None:
 
 atexit.register(shutdown)
 
-__all__ = ["check_coordinator_address", "from_environment", "initialize", "shutdown"]
+__all__ = [
+    "check_coordinator_address",
+    "claim_service_port",
+    "from_environment",
+    "initialize",
+    "shutdown",
+]
