@@ -151,6 +151,34 @@ def test_a_damaged_entry_is_ignored_and_rewritten(tmp_path: Path, damage: str) -
     np.testing.assert_array_equal(out, np.full(8, 2, np.float32))
 
 
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
+def test_an_entry_that_is_not_a_regular_file_is_a_miss(tmp_path: Path, kind: str) -> None:
+    # In a subprocess: a FIFO in an entry's place blocked the compile that
+    # read it for good, and a link to /dev/zero read until memory ran out.
+    pjrt_py.Client(cache_dir=tmp_path).compile(ADD_F32_8)
+    (entry,) = entries(tmp_path)
+    entry.unlink()
+    if kind == "fifo":
+        os.mkfifo(entry)
+    elif kind == "dev-zero":
+        entry.symlink_to("/dev/zero")
+    else:
+        entry.mkdir()
+    result = run_python(
+        f"""
+        import numpy as np
+        import pjrt_py
+        ADD_F32_8 = {ADD_F32_8!r}
+        client = pjrt_py.Client(cache_dir={str(tmp_path)!r})
+        out = client.compile(ADD_F32_8).execute(np.ones(8, np.float32), np.ones(8, np.float32))
+        print(out.to_numpy().tolist(), client.disk_cache.misses)
+        """,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[0] == f"{[2.0] * 8} 1"
+
+
 def test_concurrent_processes_share_a_directory(tmp_path: Path) -> None:
     code = textwrap.dedent(
         f"""

@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -96,6 +97,28 @@ def disk_key(identity: bytes, program: bytes, options: bytes) -> str:
     return h.hexdigest()
 
 
+def _read_regular_file(path: Path) -> bytes:
+    """The bytes of ``path`` if it is a regular file, else OSError. An entry
+    replaced by a FIFO blocked the compile that read it for good, and one
+    linked to /dev/zero read until memory ran out (an attack run): so the
+    open never blocks, and only a regular file's own size is read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file")
+        chunks, left = [], st.st_size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break  # truncated meanwhile: the checksum rejects it
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 class DiskCache:
     """Serialized executables in one directory, bounded by ``max_bytes``."""
 
@@ -124,7 +147,7 @@ class DiskCache:
     def get(self, key: str) -> bytes | None:
         path = self.path(key)
         try:
-            data = path.read_bytes()
+            data = _read_regular_file(path)
         except OSError:
             self.misses += 1
             return None
