@@ -252,9 +252,14 @@ def trace(path: str | os.PathLike[str] | None = None, *, device: bool = True) ->
 
     Raises
     ------
+    TypeError
+        If ``path`` is not a str or path (an int would be taken by ``open``
+        as a file descriptor, written to and closed).
     OSError
         If ``path`` cannot be written (when the block ends).
     """
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"trace path must be a str or path, got {type(path).__name__}")
     recorder = Recorder()
     with _lock:
         if not _active:

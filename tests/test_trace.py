@@ -123,3 +123,11 @@ def test_every_thread_is_recorded(add_exe: pjrt_py.Executable) -> None:
             t.join()
     tids = {e["tid"] for e in recorder.events if e["cat"] == "dispatch"}
     assert len(tids) == 4
+
+
+@pytest.mark.parametrize("path", [5, 0, b"trace.json", 1.5])
+def test_a_path_that_is_not_a_path_is_refused(path: object) -> None:
+    # open(5, "w") would have written to descriptor 5 and closed it.
+    trace = pjrt_py.trace(path)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="trace path must be a str or path"), trace:
+        pass
