@@ -131,6 +131,16 @@ def test_info_and_smoke_take_a_plugin() -> None:
     assert bogus.returncode == 1 and "(from --plugin)" in bogus.stderr
 
 
+def test_info_of_a_file_that_is_no_plugin_fails(tmp_path: Path) -> None:
+    # It printed "unavailable" and exited 0: a script asking whether the
+    # plugin it names works got yes.
+    program = tmp_path / "garbage.mlir"
+    program.write_text("not a shared library\n")
+    result = pjrt_py("info", "--plugin", str(program))
+    assert result.returncode == 1, result.stdout
+    assert "unavailable: PluginLoadError" in result.stdout
+
+
 def test_every_command_refuses_a_platform_without_a_plugin_the_same_way(tmp_path: Path) -> None:
     # issue 24 item 8: `test --plugin cuda` called cuda "not a platform name"
     # while `run --plugin cuda` accepted it. On a machine with no plugin of a

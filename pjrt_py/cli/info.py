@@ -25,6 +25,7 @@ def command(args: argparse.Namespace) -> int:
     if not found:
         print("no PJRT plugins found")
         return 1
+    failed = False
     for info in found:
         label = info.distribution or "?"
         print(f"{info.name}: {label} {info.version or ''} {info.path}")
@@ -57,7 +58,10 @@ def command(args: argparse.Namespace) -> int:
             print(f"  {_memory_line(client)}")
         except Exception as exc:  # report and go on to the next plugin
             print(f"  unavailable: {type(exc).__name__}: {exc}")
-    return 0
+            failed = True
+    # Listing every plugin, one that cannot run here (a GPU build on a machine
+    # without a GPU) is information; the one plugin asked for is the answer.
+    return 1 if failed and args.plugin else 0
 
 
 def _memory_line(client: Any) -> str:
