@@ -115,21 +115,22 @@ static int buffer_pin(BufferObject* b) {
 }
 
 /* Frees the handle of a buffer dead to Python once nothing uses it: no call
- * (pins) and no DLPack export lending its memory (exports, dlpack_export.c). */
-static void buffer_free_if_unused(BufferObject* b) {
-  if (b->pins == 0 && b->exports == 0 && b->state != BUF_LIVE) buffer_free_handle(b, false);
+ * (pins) and no DLPack export lending its memory (exports, dlpack_export.c).
+ * `unlocked`: as buffer_free_handle. */
+static void buffer_free_if_unused(BufferObject* b, bool unlocked) {
+  if (b->pins == 0 && b->exports == 0 && b->state != BUF_LIVE) buffer_free_handle(b, unlocked);
 }
 
 static void buffer_unpin(BufferObject* b) {
   b->pins--;
-  buffer_free_if_unused(b);
+  buffer_free_if_unused(b, false);
 }
 
 /* Makes b dead to Python; frees the handle now, or when the last call using
  * it (unpin) or the last DLPack export lending its memory (dlpack_export.c) ends. */
-static void buffer_retire(BufferObject* b, int state) {
+static void buffer_retire(BufferObject* b, int state, bool unlocked) {
   if (b->state == BUF_LIVE) b->state = (unsigned char)state;
-  buffer_free_if_unused(b);
+  buffer_free_if_unused(b, unlocked);
 }
 
 static void buffer_dealloc(BufferObject* b) {
@@ -361,7 +362,7 @@ static PyObject* promise_waited(PyObject* promise) {
 
 static PyObject* buffer_delete(BufferObject* b, PyObject* unused) {
   (void)unused;
-  buffer_retire(b, BUF_DELETED);
+  buffer_retire(b, BUF_DELETED, false);
   Py_RETURN_NONE;
 }
 

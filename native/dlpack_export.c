@@ -27,7 +27,7 @@ static void export_finish(void* arg) {
   if (x->external_ref && b->buf != NULL && b->c != NULL && state_pjrt_allowed(b->c))
     buffer_release_memory(b);
   b->exports--;
-  buffer_free_if_unused(b);
+  buffer_free_if_unused(b, false);
   Py_DECREF(b);
   free(x);
 }

@@ -25,11 +25,9 @@ static PyObject* buffer_pjrt_deleted(BufferObject* b, PyObject* unused) {
 
 /* _retire_donated(): PJRT consumed it; any later use raises. The handle is
  * destroyed without the GIL: XLA's CPU client of PJRT 0.81 waits in
- * PJRT_Buffer_Destroy for the execution the buffer went to to start. As
- * buffer_retire, the free left to the last call or export using it. */
+ * PJRT_Buffer_Destroy for the execution the buffer went to to start. */
 static PyObject* buffer_retire_donated(BufferObject* b, PyObject* unused) {
   (void)unused;
-  if (b->state == BUF_LIVE) b->state = BUF_DONATED;
-  if (b->pins == 0 && b->exports == 0) buffer_free_handle(b, true);
+  buffer_retire(b, BUF_DONATED, true);
   Py_RETURN_NONE;
 }
