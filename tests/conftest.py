@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -504,6 +505,14 @@ def in_threads(fn: Callable[[int], object], count: int, timeout: float = 60) -> 
     for t in threads:
         t.join(timeout)
     return errors
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on just now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from conftest import run_python
+from conftest import free_port, run_python
 
 import pjrt_py.distributed
 from pjrt_py.distributed import check_coordinator_address
@@ -87,14 +87,8 @@ def test_process_numbers_must_be_ints(value: object) -> None:
         pjrt_py.distributed.initialize("localhost:1234", 2, value)  # type: ignore[arg-type]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_second_job_on_this_machine_may_not_serve_the_same_port() -> None:
-    port = _free_port()
+    port = free_port()
     first = claim_service_port("127.0.0.1", port)
     assert first is not None
     try:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import build_so, installed_build, run_python
+from conftest import build_so, free_port, installed_build, run_python
 
 import pjrt_py
 from pjrt_py import _core
@@ -301,13 +300,6 @@ def test_a_multiprocess_cpu_client_is_refused_on_every_build(
         pytest.skip(f"the {build} plugin (in the test extra) is not installed")
     with pytest.raises(pjrt_py.UnsupportedError, match="cannot be one of several processes"):
         pjrt_py.Client(path, options, kv_store=stores.InMemoryStore())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 NODE = """
