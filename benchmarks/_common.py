@@ -48,11 +48,12 @@ def build_c(source: str, out_dir: str | None = None) -> Path:
     GPU check carries them: the machine it runs on has no pjrt_c_api.h, and
     perhaps no compiler), that one is used.
     """
+    name = Path(source).stem + ".so"
     prebuilt = os.environ.get("PJRT_PY_BENCH_LIBS")
-    if prebuilt and out_dir is None and (Path(prebuilt) / (Path(source).stem + ".so")).is_file():
-        return Path(prebuilt) / (Path(source).stem + ".so")
+    if prebuilt and out_dir is None and (Path(prebuilt) / name).is_file():
+        return Path(prebuilt) / name
     out = Path(out_dir or tempfile.mkdtemp(prefix="pjrt_py_bench_"))
-    so = out / (Path(source).stem + ".so")
+    so = out / name
     cc = os.environ.get("CC", "cc")
     subprocess.run(
         [cc, "-O2", "-shared", "-fPIC", f"-I{header_dir()}", str(HERE / source), "-o", str(so)],

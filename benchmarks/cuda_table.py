@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .report import markdown_table
+from .report import markdown_table, targets_table
 
 START = "<!-- cuda: start (python -m benchmarks.cuda_table GPU_OUT) -->"
 END = "<!-- cuda: end -->"
@@ -28,16 +28,6 @@ STEPS = ("bandwidth", "dispatch", "callbacks")
 def _load(folder: Path, name: str) -> dict[str, Any] | None:
     path = folder / f"{name}.json"
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _targets(reports: dict[str, dict[str, Any]]) -> list[str]:
-    rows = [["benchmark", "target", "measured", "limit", "met"]]
-    for name, report in reports.items():
-        for t in report.get("targets", []):
-            sign = "<=" if t["kind"] == "max" else ">="
-            met = "yes" if t["met"] else "**no**"
-            rows.append([name, t["name"], f"{t['value']:.3g}", f"{sign} {t['limit']:g}", met])
-    return ["### Targets", markdown_table(rows)] if len(rows) > 1 else []
 
 
 def _notes(notes: list[str]) -> list[str]:
@@ -70,7 +60,8 @@ def section(folder: Path) -> str:
     ]
     if missing:
         blocks.append("Not in this run: " + ", ".join(missing) + ".")
-    blocks += _targets(reports)
+    if any(report.get("targets") for report in reports.values()):
+        blocks += ["### Targets", targets_table(reports)]
     for name, report in reports.items():
         blocks.append(f"### {name}: {report.get('what', '')}")
         if name == "callbacks":
