@@ -178,11 +178,11 @@ run() {
   if wanted dispatch; then
     step dispatch 90 $PY -m benchmarks.dispatch --json "$OUT/dispatch.json"
   fi
-  if named suite; then  # -x off: every failure is worth seeing; each test has its limit
-    step suite 540 $PY -m pytest $PYTEST_OPTS -p no:randomly --durations=15 tests
-  fi
   if wanted callbacks; then
     step callbacks 120 $PY -m benchmarks.callbacks --json "$OUT/callbacks.json"
+  fi
+  if named suite; then  # -x off: every failure is worth seeing; each test has its limit
+    step suite 540 $PY -m pytest $PYTEST_OPTS -p no:randomly --durations=15 tests
   fi
   echo "== done: $OUT"
   cat "$OUT/summary.txt"
