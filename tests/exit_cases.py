@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -202,7 +203,12 @@ def run_one(case: str, rep: int, chain: bytes, shim: str, timeout: float) -> dic
             if done:
                 status = os.waitstatus_to_exitcode(wait_status)
             elif time.monotonic() > deadline:
-                os.kill(pid, 9)
+                # SIGABRT first, as run_python does: faulthandler (on in the
+                # driver, so in the forked child) writes where every thread
+                # waits into the log, which the result's stderr carries.
+                os.kill(pid, signal.SIGABRT)
+                time.sleep(1.0)
+                os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 status = "timeout"
             else:
