@@ -46,9 +46,18 @@ static void client_destroy_pjrt(pjrt_py_client* c) {
   args.struct_size = PJRT_Client_Destroy_Args_STRUCT_SIZE;
   args.client = client;
   error_destroy(c->api, c->api->PJRT_Client_Destroy(&args));
-  /* The plugin can no longer call the key-value store. */
+  /* The plugin can no longer call the key-value store: release it, now if
+   * this thread holds the GIL, else queued for the interpreter. On the
+   * reaper's thread once the exit has begun, the store is kept instead: the
+   * interpreter may be finalizing, and its queue with it. */
   void* kv = __atomic_exchange_n(&c->kv, NULL, __ATOMIC_ACQ_REL);
-  if (kv != NULL) run_with_gil(kv_holder_release, kv);
+  if (kv == NULL) return;
+  if (PyGILState_Check()) {
+    kv_holder_release(kv);
+  } else if (gate_enter()) {
+    run_with_gil(kv_holder_release, kv);
+    gate_leave();
+  }
 }
 
 /* Frees the struct, unless an execution or a copy is still counted (its

@@ -5,10 +5,12 @@ from __future__ import annotations
 import gc
 import textwrap
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ADD_F32_8, matmul_chain, run_python, slow_loop_child
+from conftest import ADD_F32_8, build_so, matmul_chain, run_python, slow_loop_child
 
 import pjrt_py
 from pjrt_py import _core
@@ -110,6 +112,86 @@ def test_interpreter_exit_with_work_in_flight_does_not_crash(client: pjrt_py.Cli
     assert result.returncode == 0, result.stderr[-2000:]
     assert "exiting True" in result.stdout  # work really was in flight
     assert "Fatal" not in result.stderr and "Segmentation" not in result.stderr
+
+
+# A plugin whose PJRT_Client_Destroy is slow: it forwards everything to the
+# plugin under test, but a destroy first sleeps (SLOW_DESTROY_US), with
+# `slow_destroy_running` set. Its static destructor, which exit() runs with
+# the plugin's own, ends the process with status 70 if a destroy is running
+# then: the hazard the exit sequence keeps PJRT out of.
+SLOW_DESTROY = """
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "pjrt_c_api.h"
+
+volatile int slow_destroy_running = 0;
+static PJRT_Api api;
+static PJRT_Error* (*real_destroy)(PJRT_Client_Destroy_Args*);
+
+static PJRT_Error* slow_destroy(PJRT_Client_Destroy_Args* args) {
+  slow_destroy_running = 1;
+  const char* delay = getenv("SLOW_DESTROY_US");
+  usleep(delay ? (useconds_t)atoi(delay) : 0);
+  PJRT_Error* error = real_destroy(args);
+  slow_destroy_running = 0;
+  return error;
+}
+
+__attribute__((destructor)) static void unloading(void) {
+  if (slow_destroy_running) _exit(70);
+}
+
+const PJRT_Api* GetPjrtApi(void) {
+  void* h = dlopen(REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return NULL;
+  const PJRT_Api* (*get)(void) = (const PJRT_Api* (*)(void))dlsym(h, "GetPjrtApi");
+  const PJRT_Api* real = get();
+  memcpy(&api, real, sizeof(api));
+  real_destroy = real->PJRT_Client_Destroy;
+  api.PJRT_Client_Destroy = slow_destroy;
+  return &api;
+}
+"""
+
+
+def test_exit_while_a_dropped_client_is_destroyed_ends_without_the_plugins_destructors(
+    client: pjrt_py.Client, tmp_path: Path
+) -> None:
+    # A client dropped with work running goes to the reaper's thread, which
+    # destroys it once the work ends. An exit during that destroy used to run
+    # exit()'s static destructors under it (the client was off the registry,
+    # so the exit sequence saw nothing running): the exit-stress test's one
+    # hang in some 450 exits. Now the process ends as for a client left running.
+    source = SLOW_DESTROY.replace("REAL_PLUGIN", f"{client.plugin.path!r}".replace("'", '"'))
+    shim = build_so(tmp_path, "slow_destroy", source, include_header=True)
+    started = time.monotonic()
+    result = run_python(
+        f"""
+        import ctypes, gc, os, sys, time
+        import numpy as np, pjrt_py
+        os.environ["PJRT_PY_EXIT_TIMEOUT"] = "0.2"
+        os.environ["SLOW_DESTROY_US"] = "20000000"
+        c = pjrt_py.Client(pjrt_py.load_plugin({str(shim)!r}))
+        """.rstrip(" ")
+        + textwrap.indent(slow_loop_child(client, 0.3), " " * 8)
+        + f"""
+        pending = slow()
+        del pending, c, _slow_exe, _slow_x
+        gc.collect()  # the client's last reference: its work still runs
+        flag = ctypes.c_int.in_dll(ctypes.CDLL({str(shim)!r}), "slow_destroy_running")
+        end = time.monotonic() + 30
+        while not flag.value and time.monotonic() < end:
+            time.sleep(0.005)
+        print("destroying", flag.value, flush=True)
+        sys.exit(3)
+        """
+    )
+    assert "destroying 1" in result.stdout, result.stderr[-2000:]
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "still being destroyed" in result.stderr
+    assert time.monotonic() - started < 15  # it did not wait out the destroy
 
 
 def test_exit_with_dropped_pending_copies_does_not_crash() -> None:
