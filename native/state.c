@@ -265,6 +265,49 @@ static void python_finalized(void) {
 #endif
 }
 
+/* Step 3 of the exit sequence, under g_registry_mu: the clients it may
+ * destroy go into *idle (their count in *n_idle); the others are reported
+ * and counted, and so is a destroy the reaper still runs. */
+static long exit_sort_clients_locked(double timeout, int callbacks_stuck,
+                                     pjrt_py_client*** idle, size_t* n_idle) {
+  long skipped = 0;
+  /* The reaper may be inside PJRT_Client_Destroy of a client it has already
+   * taken off the registry: that destroy, too, must not meet the plugin's
+   * static destructors (exit() runs them), so the process ends as for a
+   * client left running (tests/test_lifetimes.py makes a destroy slow). */
+  if (g_reaping) {
+    skipped++;
+    fprintf(stderr,
+            "pjrt_py: at exit, a dropped client was still being destroyed after %.3g s; "
+            "the process ends without waiting for it (set PJRT_PY_EXIT_TIMEOUT to wait longer)\n",
+            timeout);
+  }
+  size_t n = 0;
+  for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) n++;
+  *idle = n ? (pjrt_py_client**)calloc(n, sizeof(**idle)) : NULL;
+  for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
+    if (c->client == NULL) continue;
+    long running = completion_running(c);
+    long copies = transfers_in_flight(c);
+    long calls = __atomic_load_n(&c->calls, __ATOMIC_RELAXED);
+    /* A callback still inside Python could be on a thread the plugin
+     * would join while this thread holds the GIL: destroy nothing then.
+     * Without memory for the list, nothing is destroyed either. */
+    if (running != 0 || copies != 0 || calls != 0 || (g_reaping && c->zombie) ||
+        callbacks_stuck || *idle == NULL) {
+      skipped++;
+      fprintf(stderr,
+              "pjrt_py: at exit, a client still had %ld execution(s) running, %ld copies "
+              "and %ld call(s) in flight after %.3g s; it is left to the process exit, not "
+              "destroyed (set PJRT_PY_EXIT_TIMEOUT to wait longer)\n",
+              running, copies, calls, timeout);
+      continue;
+    }
+    (*idle)[(*n_idle)++] = c;
+  }
+  return skipped;
+}
+
 /* exit_sequence(timeout) -> number of clients left undestroyed. */
 static PyObject* core_exit_sequence(PyObject* self, PyObject* arg) {
   (void)self;
@@ -301,46 +344,21 @@ static PyObject* core_exit_sequence(PyObject* self, PyObject* arg) {
   /* 3. With the GIL held, so that no Python thread can start a PJRT call:
    * destroy every idle client. PJRT threads no longer enter Python, so none
    * of them waits for the GIL while the plugin joins it. */
-  long skipped = 0;
   if (callbacks_stuck)
     fprintf(stderr, "pjrt_py: at exit, %d callback(s) were still running Python after %.3g s\n",
             callbacks_stuck, timeout);
+  pjrt_py_client** idle = NULL;
+  size_t n_idle = 0;
   pthread_mutex_lock(&g_registry_mu);
-  /* The reaper may be inside PJRT_Client_Destroy of a client it has already
-   * taken off the registry: that destroy, too, must not meet the plugin's
-   * static destructors (exit() runs them), so the process ends as for a
-   * client left running. Found by the exit-stress test: a zombie's work
-   * ending just before the deadline; tests/test_lifetimes.py makes the
-   * destroy slow to check it. */
-  if (g_reaping) {
-    skipped++;
-    fprintf(stderr,
-            "pjrt_py: at exit, a dropped client was still being destroyed after %.3g s; "
-            "the process ends without waiting for it (set PJRT_PY_EXIT_TIMEOUT to wait longer)\n",
-            timeout);
-  }
-  for (pjrt_py_client* c = g_clients; c != NULL; c = c->next) {
-    if (c->client == NULL) continue;
-    long running = completion_running(c);
-    long copies = transfers_in_flight(c);
-    long calls = __atomic_load_n(&c->calls, __ATOMIC_RELAXED);
-    /* A callback still inside Python could be on a thread the plugin
-     * would join while this thread holds the GIL: destroy nothing then. */
-    if (running != 0 || copies != 0 || calls != 0 || (g_reaping && c->zombie) ||
-        callbacks_stuck) {
-      skipped++;
-      fprintf(stderr,
-              "pjrt_py: at exit, a client still had %ld execution(s) running, %ld copies "
-              "and %ld call(s) in flight after %.3g s; it is left to the process exit, not "
-              "destroyed (set PJRT_PY_EXIT_TIMEOUT to wait longer)\n",
-              running, copies, calls, timeout);
-      continue;
-    }
-    client_destroy_pjrt(c);
-  }
-  __atomic_store_n(&g_phase, PHASE_FINISHED, __ATOMIC_RELEASE);
-  pthread_cond_broadcast(&g_registry_cv); /* the reaper ends */
+  long skipped = exit_sort_clients_locked(timeout, callbacks_stuck, &idle, &n_idle);
+  __atomic_store_n(&g_phase, PHASE_FINISHED, __ATOMIC_RELEASE); /* the reaper starts nothing */
+  pthread_cond_broadcast(&g_registry_cv);                       /* and ends */
   pthread_mutex_unlock(&g_registry_mu);
+  /* Not under the registry's lock: a PJRT thread that has just finished a
+   * copy or an execution takes it (reaper_wake) after its count reached 0,
+   * and destroying the client joins that thread. */
+  for (size_t i = 0; i < n_idle; ++i) client_destroy_pjrt(idle[i]);
+  free(idle);
 #ifdef __GLIBC__
   if (skipped) {
     __atomic_store_n(&g_left_running, 1, __ATOMIC_RELEASE);
