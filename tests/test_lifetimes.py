@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gc
+import shutil
+import subprocess
 import textwrap
 import threading
 import time
@@ -192,6 +194,89 @@ def test_exit_while_a_dropped_client_is_destroyed_ends_without_the_plugins_destr
     assert result.returncode == 3, result.stderr[-2000:]
     assert "still being destroyed" in result.stderr
     assert time.monotonic() - started < 15  # it did not wait out the destroy
+
+
+# pthread_mutex_lock, interposed (LD_PRELOAD): once armed, a thread other
+# than the one that armed it waits 0.5 s before it locks `armed_mutex`.
+SLOW_LOCK = """
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <unistd.h>
+
+static uintptr_t armed_mutex;
+static pthread_t armed_by;
+static int (*real_lock)(pthread_mutex_t*);
+
+void slow_lock_arm(uintptr_t mutex) {
+  armed_by = pthread_self();
+  __atomic_store_n(&armed_mutex, mutex, __ATOMIC_RELEASE);
+}
+
+int pthread_mutex_lock(pthread_mutex_t* m) {
+  if (real_lock == NULL)
+    real_lock = (int (*)(pthread_mutex_t*))dlsym(RTLD_NEXT, "pthread_mutex_lock");
+  uintptr_t armed = __atomic_load_n(&armed_mutex, __ATOMIC_ACQUIRE);
+  if (armed != 0 && (uintptr_t)m == armed && !pthread_equal(pthread_self(), armed_by)) {
+    static const char note[] = "slow_lock: a thread waits before the lock\\n";
+    ssize_t written = write(2, note, sizeof(note) - 1);
+    (void)written;
+    usleep(500000);
+  }
+  return real_lock(m);
+}
+"""
+
+
+def core_symbol_offset(name: str) -> int:
+    """Where `name` lies in the native core, from its symbol table (nm)."""
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("needs nm (binutils) to find a lock inside the native core")
+    listing = subprocess.run([nm, _core.__file__], capture_output=True, text=True).stdout
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[2] == name:
+            return int(fields[0], 16)
+    if "PyInit__core" not in listing:
+        pytest.skip("the native core's symbol table is stripped")
+    raise AssertionError(f"{name} is not in the native core any more: update this test")
+
+
+def test_exit_destroys_clients_without_the_lock_a_finished_copy_takes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A PJRT thread that finishes a copy lowers the client's count, then
+    # takes the registry's lock to wake the reaper. The exit sequence used to
+    # destroy an idle client holding that lock, and the CPU plugin's
+    # destructor joins the very thread waiting for it: a hang with nothing on
+    # stderr. The interposed lock holds such a thread between the two steps.
+    slow_lock = build_so(tmp_path, "slow_lock", SLOW_LOCK)
+    offsets = {name: core_symbol_offset(name) for name in ("PyInit__core", "g_registry_mu")}
+    monkeypatch.setenv("LD_PRELOAD", str(slow_lock))
+    result = run_python(
+        f"""
+        import ctypes, os, sys
+        import numpy as np, pjrt_py
+        from pjrt_py import _core
+        os.environ["PJRT_PY_EXIT_TIMEOUT"] = "10"
+        core = ctypes.CDLL(_core.__file__)
+        base = ctypes.cast(core.PyInit__core, ctypes.c_void_p).value - {offsets["PyInit__core"]}
+        c = pjrt_py.Client()
+        exe = c.compile({matmul_chain(768, 3)!r})
+        out = exe.execute_async(c.buffer(np.eye(768, dtype=np.float32)))
+        pending = out.to_numpy_async()  # a copy that ends after the work
+        ctypes.CDLL({str(slow_lock)!r}).slow_lock_arm(
+            ctypes.c_size_t(base + {offsets["g_registry_mu"]}))
+        print("exiting", pending.is_ready(), flush=True)
+        sys.exit(3)
+        """,
+        timeout=60,
+    )
+    assert "exiting False" in result.stdout, result.stderr[-2000:]  # the copy was in flight
+    assert "slow_lock: a thread waits" in result.stderr  # and held between the two steps
+    assert result.returncode == 3, result.stderr[-2000:]
 
 
 def test_exit_with_dropped_pending_copies_does_not_crash() -> None:
