@@ -245,7 +245,7 @@ def core_symbol_offset(name: str) -> int:
 
 
 def test_exit_destroys_clients_without_the_lock_a_finished_copy_takes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    client: pjrt_py.Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A PJRT thread that finishes a copy lowers the client's count, then
     # takes the registry's lock to wake the reaper. The exit sequence used to
@@ -264,9 +264,10 @@ def test_exit_destroys_clients_without_the_lock_a_finished_copy_takes(
         core = ctypes.CDLL(_core.__file__)
         base = ctypes.cast(core.PyInit__core, ctypes.c_void_p).value - {offsets["PyInit__core"]}
         c = pjrt_py.Client()
-        exe = c.compile({matmul_chain(768, 3)!r})
-        out = exe.execute_async(c.buffer(np.eye(768, dtype=np.float32)))
-        pending = out.to_numpy_async()  # a copy that ends after the work
+        """.rstrip(" ")  # about 0.3 s of work on the plugin under test follows
+        + textwrap.indent(slow_loop_child(client, 0.3), " " * 8)
+        + f"""
+        pending = slow().to_numpy_async()  # a copy that ends after the work
         ctypes.CDLL({str(slow_lock)!r}).slow_lock_arm(
             ctypes.c_size_t(base + {offsets["g_registry_mu"]}))
         print("exiting", pending.is_ready(), flush=True)
