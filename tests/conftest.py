@@ -19,6 +19,7 @@ read from the client, never from the platform name::
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import signal
@@ -544,6 +545,46 @@ def run_python(code: str, timeout: float = 120) -> subprocess.CompletedProcess[s
             f"its stderr (faulthandler's report of every thread last):\n{err[-6000:]}"
         ) from None
     return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+
+# A plugin that forwards to a real one: GetPjrtApi hands out a copy of the
+# real plugin's PJRT_Api (as `api`), changed by the statements in EDIT.
+FORWARDING_PLUGIN = """
+#include <dlfcn.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "pjrt_c_api.h"
+
+static PJRT_Api api;
+DECLARATIONS
+
+const PJRT_Api* GetPjrtApi(void) {
+  void* h = dlopen(REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return NULL;
+  const PJRT_Api* (*get)(void) = (const PJRT_Api* (*)(void))dlsym(h, "GetPjrtApi");
+  const PJRT_Api* real = get();
+  memcpy(&api, real, sizeof(api));
+  EDIT
+  return &api;
+}
+"""
+
+
+def forwarding_plugin(
+    tmp_path: Path, name: str, real: str, edit: str, declarations: str = ""
+) -> Path:
+    """Build a plugin that is `real` (a plugin's path) but for `edit`: C
+    statements run on `api`, the copy of its PJRT_Api it hands out (`real`
+    points at the original). `declarations` go before GetPjrtApi. Nothing
+    is mocked: every function not replaced is the real plugin's."""
+    source = (
+        FORWARDING_PLUGIN.replace("REAL_PLUGIN", json.dumps(real))
+        .replace("DECLARATIONS", declarations)
+        .replace("EDIT", edit)
+    )
+    return build_so(tmp_path, name, source, include_header=True)
 
 
 def build_so(tmp_path: Path, name: str, source: str, include_header: bool = False) -> Path:

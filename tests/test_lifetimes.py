@@ -12,7 +12,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ADD_F32_8, build_so, matmul_chain, run_python, slow_loop_child
+from conftest import (
+    ADD_F32_8,
+    build_so,
+    forwarding_plugin,
+    matmul_chain,
+    run_python,
+    slow_loop_child,
+)
 
 import pjrt_py
 from pjrt_py import _core
@@ -116,20 +123,13 @@ def test_interpreter_exit_with_work_in_flight_does_not_crash(client: pjrt_py.Cli
     assert "Fatal" not in result.stderr and "Segmentation" not in result.stderr
 
 
-# A plugin whose PJRT_Client_Destroy is slow: it forwards everything to the
-# plugin under test, but a destroy first sleeps (SLOW_DESTROY_US), with
-# `slow_destroy_running` set. Its static destructor, which exit() runs with
-# the plugin's own, ends the process with status 70 if a destroy is running
-# then: the hazard the exit sequence keeps PJRT out of.
+# What makes a forwarding plugin's PJRT_Client_Destroy slow: a destroy first
+# sleeps (SLOW_DESTROY_US), with `slow_destroy_running` set. Its static
+# destructor, which exit() runs with the plugin's own, ends the process with
+# status 70 if a destroy is running then: the hazard the exit sequence keeps
+# PJRT out of.
 SLOW_DESTROY = """
-#include <dlfcn.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-#include "pjrt_c_api.h"
-
 volatile int slow_destroy_running = 0;
-static PJRT_Api api;
 static PJRT_Error* (*real_destroy)(PJRT_Client_Destroy_Args*);
 
 static PJRT_Error* slow_destroy(PJRT_Client_Destroy_Args* args) {
@@ -144,17 +144,6 @@ static PJRT_Error* slow_destroy(PJRT_Client_Destroy_Args* args) {
 __attribute__((destructor)) static void unloading(void) {
   if (slow_destroy_running) _exit(70);
 }
-
-const PJRT_Api* GetPjrtApi(void) {
-  void* h = dlopen(REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-  if (!h) return NULL;
-  const PJRT_Api* (*get)(void) = (const PJRT_Api* (*)(void))dlsym(h, "GetPjrtApi");
-  const PJRT_Api* real = get();
-  memcpy(&api, real, sizeof(api));
-  real_destroy = real->PJRT_Client_Destroy;
-  api.PJRT_Client_Destroy = slow_destroy;
-  return &api;
-}
 """
 
 
@@ -166,8 +155,8 @@ def test_exit_while_a_dropped_client_is_destroyed_ends_without_the_plugins_destr
     # exit()'s static destructors under it (the client was off the registry,
     # so the exit sequence saw nothing running): the exit-stress test's one
     # hang in some 450 exits. Now the process ends as for a client left running.
-    source = SLOW_DESTROY.replace("REAL_PLUGIN", f"{client.plugin.path!r}".replace("'", '"'))
-    shim = build_so(tmp_path, "slow_destroy", source, include_header=True)
+    edit = "real_destroy = real->PJRT_Client_Destroy; api.PJRT_Client_Destroy = slow_destroy;"
+    shim = forwarding_plugin(tmp_path, "slow_destroy", client.plugin.path, edit, SLOW_DESTROY)
     started = time.monotonic()
     result = run_python(
         f"""

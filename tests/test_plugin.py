@@ -9,6 +9,7 @@ from conftest import (
     ADD_F32_8,
     NEEDS_NEWER_PLUGIN,
     build_so,
+    forwarding_plugin,
     installed_build,
     newer_plugin,
     run_python,
@@ -80,32 +81,15 @@ def test_explicit_path_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch
 
 # A shim that advertises an older API: it forwards to the real CPU plugin but
 # reports a PJRT_Api.struct_size that ends right after PJRT_Client_Compile,
-# as a plugin built against an older header would. Nothing is mocked: every
-# function it exposes is the real plugin's.
-SHIM = """
-#include <dlfcn.h>
-#include <stddef.h>
-#include <string.h>
-#include "pjrt_c_api.h"
-
-static PJRT_Api shim;
-
-const PJRT_Api* GetPjrtApi(void) {
-  void* h = dlopen(REAL_PLUGIN, RTLD_NOW | RTLD_LOCAL);
-  if (!h) return NULL;
-  const PJRT_Api* (*get)(void) = (const PJRT_Api* (*)(void))dlsym(h, "GetPjrtApi");
-  const PJRT_Api* real = get();
-  memcpy(&shim, real, sizeof(shim));
-  shim.struct_size = offsetof(PJRT_Api, PJRT_Client_Compile) + sizeof(void*);
-  shim.pjrt_api_version.minor_version = 7;
-  return &shim;
-}
+# as a plugin built against an older header would.
+OLD_API = """
+  api.struct_size = offsetof(PJRT_Api, PJRT_Client_Compile) + sizeof(void*);
+  api.pjrt_api_version.minor_version = 7;
 """
 
 
 def test_function_beyond_struct_size_is_never_called(tmp_path: Path) -> None:
-    source = SHIM.replace("REAL_PLUGIN", f'"{find_plugin("cpu")}"')
-    so = build_so(tmp_path, "old_api_shim", source, include_header=True)
+    so = forwarding_plugin(tmp_path, "old_api_shim", str(find_plugin("cpu")), OLD_API)
     # In a subprocess: the shim loads a second copy of the CPU plugin.
     result = run_python(
         f"""
