@@ -8,6 +8,7 @@ here instead of coming back silently.
 from __future__ import annotations
 
 import importlib
+import re
 import subprocess
 import sys
 import types
@@ -146,6 +147,59 @@ def test_native_files_stay_small_and_say_what_they_need() -> None:
         )
     for path in sorted(NATIVE.glob("*.h")):
         assert path.read_text().count("\n") <= 200, f"native/{path.name} is over 200 lines"
+
+
+# A call into PJRT, direct or through one of the core's wrappers
+# (event_destroy, client_destroy_pjrt, ...), which may wait for a PJRT thread.
+PJRT_CALL = re.compile(r"->PJRT_\w+\(|\b\w+_(destroy|destroy_pjrt|await|on_ready|release)\(")
+LOCK = re.compile(r"pthread_mutex_lock\(&?([^)]*)\)")
+UNLOCK = re.compile(r"pthread_mutex_unlock\(&?([^)]*)\)")
+
+
+def pjrt_calls_under_a_lock(name: str, text: str) -> list[str]:
+    """Lines that call PJRT while the function holds one of its mutexes
+    (read line by line: a lock is held from its lock() to its unlock())."""
+    found, held = [], []
+    for number, line in enumerate(text.splitlines(), 1):
+        code = line.split("//")[0]
+        if code.lstrip().startswith(("/*", "*")):
+            continue
+        held += LOCK.findall(code)
+        if held and PJRT_CALL.search(code) and "pthread_" not in code:
+            found.append(f"native/{name}:{number}: under {', '.join(held)}: {code.strip()}")
+        for mutex in UNLOCK.findall(code):
+            if mutex in held:
+                held.remove(mutex)
+        if line.startswith("}"):
+            held = []
+    return found
+
+
+def test_no_pjrt_call_is_made_while_a_lock_of_ours_is_held() -> None:
+    # PJRT threads take these locks in callbacks (a finished copy wakes the
+    # reaper under the registry's), and a PJRT call may wait for those very
+    # threads: the exit once destroyed a client under the registry's lock,
+    # and the plugin's destructor joined the thread waiting for it (a hang;
+    # docs/lifetimes.md, "Two exit hangs").
+    found = []
+    for path in sorted(NATIVE.glob("*.c")):
+        found += pjrt_calls_under_a_lock(path.name, path.read_text())
+    assert not found, "\n".join(found)
+
+
+def test_the_lock_check_sees_a_destroy_under_a_lock() -> None:
+    old_exit = (
+        "static void step3(void) {\n"
+        "  pthread_mutex_lock(&g_registry_mu);\n"
+        "  for (c = g_clients; c != NULL; c = c->next) client_destroy_pjrt(c);\n"
+        "  pthread_mutex_unlock(&g_registry_mu);\n"
+        "  event_destroy(api, event);\n"
+        "}\n"
+    )
+    assert pjrt_calls_under_a_lock("state.c", old_exit) == [
+        "native/state.c:3: under g_registry_mu: "
+        "for (c = g_clients; c != NULL; c = c->next) client_destroy_pjrt(c);"
+    ]
 
 
 def test_the_package_stays_a_plain_module_until_an_old_path_is_imported() -> None:
