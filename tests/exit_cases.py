@@ -179,8 +179,8 @@ def child(case: str, rep: int, chain: bytes, shim: str, report: int) -> None:
         # The client and its objects form cycles, so they usually live until
         # the exit sequence. Collected now, a client whose work still runs
         # goes to the reaper's thread, which destroys it when the work ends,
-        # maybe in the middle of the exit's wait (one hang in some 450 exits
-        # came from there before test_lifetimes' slow-destroy test). Not
+        # maybe in the middle of the exit's wait (one of the two faults that
+        # fit a hang in some 450 exits; docs/lifetimes.md). Not
         # where the exit waits for nothing: a full collection takes long
         # enough for the work to end, and those exits are to leave it running.
         gc.collect()
