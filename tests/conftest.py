@@ -204,6 +204,12 @@ def slow_loop_child(client: pjrt_py.Client, seconds: float, name: str = "slow") 
     )
 
 
+def child_code(*parts: str) -> str:
+    """Code for a child process from parts at any indentation, each dedented:
+    generated lines (``slow_loop_child``) between two literal blocks."""
+    return "".join(textwrap.dedent(part) for part in parts)
+
+
 @functools.cache
 def session_client() -> pjrt_py.Client:
     """The client of the plugin under test: ``$PJRT_PLUGIN``, else the CPU plugin.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 import shutil
 import subprocess
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from conftest import (
     ADD_F32_8,
     build_so,
+    child_code,
     forwarding_plugin,
     matmul_chain,
     run_python,
@@ -103,12 +103,13 @@ def test_interpreter_exit_with_work_in_flight_does_not_crash(client: pjrt_py.Cli
     # Work calibrated to run about 0.3 s each on the plugin under test: it is
     # still in flight at exit whatever the device's speed.
     result = run_python(
-        """
+        child_code(
+            """
         import numpy as np, pjrt_py
         c = pjrt_py.Client()
-        """.rstrip(" ")  # the calibrated work's lines follow, indented as these
-        + textwrap.indent(slow_loop_child(client, 0.3), " " * 8)
-        + """
+        """,
+            slow_loop_child(client, 0.3),
+            """
         pending = [slow() for _ in range(3)]
         arrays = [p.to_numpy_async() for p in pending]
         pending[-1].add_done_callback(lambda p: print("callback"))
@@ -116,7 +117,8 @@ def test_interpreter_exit_with_work_in_flight_does_not_crash(client: pjrt_py.Cli
         staged = c.buffer_async(big)
         del big
         print("exiting", any(not a.is_ready() for a in arrays), flush=True)
-        """
+        """,
+        )
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "exiting True" in result.stdout  # work really was in flight
@@ -160,15 +162,16 @@ def test_exit_while_a_dropped_client_is_destroyed_ends_without_the_plugins_destr
     shim = forwarding_plugin(tmp_path, "slow_destroy", client.plugin.path, edit, SLOW_DESTROY)
     started = time.monotonic()
     result = run_python(
-        f"""
+        child_code(
+            f"""
         import ctypes, gc, os, sys, time
         import numpy as np, pjrt_py
         os.environ["PJRT_PY_EXIT_TIMEOUT"] = "0.2"
         os.environ["SLOW_DESTROY_US"] = "60000000"
         c = pjrt_py.Client(pjrt_py.load_plugin({str(shim)!r}))
-        """.rstrip(" ")
-        + textwrap.indent(slow_loop_child(client, 0.3), " " * 8)
-        + f"""
+        """,
+            slow_loop_child(client, 0.3),
+            f"""
         pending = slow()
         del pending, c, _slow_exe, _slow_x
         gc.collect()  # the client's last reference: its work still runs
@@ -178,7 +181,8 @@ def test_exit_while_a_dropped_client_is_destroyed_ends_without_the_plugins_destr
             time.sleep(0.005)
         print("destroying", flag.value, flush=True)
         sys.exit(3)
-        """
+        """,
+        )
     )
     assert "destroying 1" in result.stdout, result.stderr[-2000:]
     assert result.returncode == 3, result.stderr[-2000:]
@@ -246,7 +250,8 @@ def test_exit_destroys_clients_without_the_lock_a_finished_copy_takes(
     offsets = {name: core_symbol_offset(name) for name in ("PyInit__core", "g_registry_mu")}
     monkeypatch.setenv("LD_PRELOAD", str(slow_lock))
     result = run_python(
-        f"""
+        child_code(
+            f"""
         import ctypes, os, sys
         import numpy as np, pjrt_py
         from pjrt_py import _core
@@ -254,15 +259,16 @@ def test_exit_destroys_clients_without_the_lock_a_finished_copy_takes(
         core = ctypes.CDLL(_core.__file__)
         base = ctypes.cast(core.PyInit__core, ctypes.c_void_p).value - {offsets["PyInit__core"]}
         c = pjrt_py.Client()
-        """.rstrip(" ")  # about 0.3 s of work on the plugin under test follows
-        + textwrap.indent(slow_loop_child(client, 0.3), " " * 8)
-        + f"""
+        """,
+            slow_loop_child(client, 0.3),
+            f"""
         pending = slow().to_numpy_async()  # a copy that ends after the work
         ctypes.CDLL({str(slow_lock)!r}).slow_lock_arm(
             ctypes.c_size_t(base + {offsets["g_registry_mu"]}))
         print("exiting", pending.is_ready(), flush=True)
         sys.exit(3)
         """,
+        ),
         timeout=60,
     )
     assert "exiting False" in result.stdout, result.stderr[-2000:]  # the copy was in flight

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ADD_F32_8, matmul_chain, run_python, slow_loop_child
+from conftest import ADD_F32_8, child_code, matmul_chain, run_python, slow_loop_child
 
 import pjrt_py
 
@@ -696,14 +696,15 @@ def test_raising_done_callbacks_never_stop_the_others_and_await_still_wakes(
     # The work is calibrated to run for about 0.3 s on the plugin under test,
     # so that it is still pending when the callbacks are added.
     result, wall = run_clean(
-        """
+        child_code(
+            """
         import asyncio, logging, threading, time
         import numpy as np, pjrt_py
         logging.basicConfig(level=logging.ERROR, format="LOG %(name)s %(message)s")
         c = pjrt_py.Client()
-        """.rstrip(" ")  # the calibrated work's lines follow, indented as these
-        + textwrap.indent(slow_loop_child(client, 0.3), " " * 8)
-        + """
+        """,
+            slow_loop_child(client, 0.3),
+            """
         slow().value()  # warm up
         raises = [RuntimeError, SystemExit, KeyboardInterrupt, GeneratorExit]
         ran = []
@@ -742,7 +743,8 @@ def test_raising_done_callbacks_never_stop_the_others_and_await_still_wakes(
         print("ran", sorted(ran))
         print("pjrt-thread", threading.get_ident() not in threads)
         print("alive", c.buffer(np.ones(2)).to_numpy().tolist(), flush=True)
-        """
+        """,
+        )
     )
     out, err = result.stdout, result.stderr
     assert "pending True" in out
