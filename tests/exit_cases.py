@@ -173,16 +173,17 @@ def exit_wait(case: str, rep: int) -> str:
 
 def child(case: str, rep: int, chain: bytes, shim: str, report: int) -> None:
     """Runs in the forked child; never returns (exits through SystemExit)."""
-    os.environ["PJRT_PY_EXIT_TIMEOUT"] = exit_wait(case, rep)
+    wait = exit_wait(case, rep)
+    os.environ["PJRT_PY_EXIT_TIMEOUT"] = wait
     CASES[case](rep, chain, shim)
-    if rep % 5 < 2 and exit_wait(case, rep) != "0":
+    if rep % 5 < 2 and wait != "0":
         # The client and its objects form cycles, so they usually live until
         # the exit sequence. Collected now, a client whose work still runs
         # goes to the reaper's thread, which destroys it when the work ends,
         # maybe in the middle of the exit's wait (one of the two faults that
-        # fit a hang in some 450 exits; docs/lifetimes.md). Not
-        # where the exit waits for nothing: a full collection takes long
-        # enough for the work to end, and those exits are to leave it running.
+        # fit a hang in some 450 exits; docs/lifetimes.md). Not where the
+        # exit waits for nothing: a full collection takes long enough for the
+        # work to end, and those exits are to leave it running.
         gc.collect()
     os.write(report, str(time.monotonic()).encode())
     os.close(report)
