@@ -35,8 +35,7 @@ static pjrt_py_client* client_new(const PJRT_Api* api, PJRT_Client* client, int 
   return c;
 }
 
-static void run_with_gil(void (*fn)(void*), void* arg); /* releases.c */
-static void kv_holder_release(void* arg);                 /* kv_store.c */
+static void kv_holder_release(void* arg); /* kv_store.c */
 
 static void client_destroy_pjrt(pjrt_py_client* c) {
   PJRT_Client* client = __atomic_exchange_n(&c->client, NULL, __ATOMIC_ACQ_REL);
@@ -52,12 +51,10 @@ static void client_destroy_pjrt(pjrt_py_client* c) {
    * interpreter may be finalizing, and its queue with it. */
   void* kv = __atomic_exchange_n(&c->kv, NULL, __ATOMIC_ACQ_REL);
   if (kv == NULL) return;
-  if (PyGILState_Check()) {
+  if (PyGILState_Check())
     kv_holder_release(kv);
-  } else if (gate_enter()) {
-    run_with_gil(kv_holder_release, kv);
-    gate_leave();
-  }
+  else
+    run_with_gil_unless_exiting(kv_holder_release, kv);
 }
 
 /* Frees the struct, unless an execution or a copy is still counted (its

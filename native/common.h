@@ -63,6 +63,7 @@ static int gate_call(void (*fn)(void*), void* arg);
 static void deferred_after_fork(void);
 static void staging_after_fork(void);
 static void run_with_gil(void (*fn)(void*), void* arg);
+static void run_with_gil_unless_exiting(void (*fn)(void*), void* arg);
 static void drop_reference(void* object);
 
 /* errors.c */

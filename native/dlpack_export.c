@@ -6,8 +6,8 @@
  *     once but leaves the PJRT handle (and so the memory) to the last release,
  *   - a PJRT external reference, which also stops the plugin from donating it.
  * The deleter may run on any thread, with or without the GIL: it enters
- * Python through the gate (state.c) and releases through run_with_gil
- * (releases.c). From exit on, or in a forked child, it leaves everything as
+ * Python through the gate (state.c) and releases through
+ * run_with_gil_unless_exiting (releases.c). From exit on, or in a forked child, it leaves everything as
  * it is: the memory outlives any reader.
  */
 #include "dlpack.h"
@@ -32,11 +32,10 @@ static void export_finish(void* arg) {
   free(x);
 }
 
-/* Ends one export, on any thread (see run_with_gil). */
+/* Ends one export, on any thread (see run_with_gil_unless_exiting). */
 static void export_release(export_ctx* x) {
-  if (!gate_enter()) return; /* past exit: the Buffer, its handle and x stay */
-  run_with_gil(export_finish, x);
-  gate_leave();
+  /* Past exit: the Buffer, its handle and x stay. */
+  run_with_gil_unless_exiting(export_finish, x);
 }
 
 static void export_deleter(dlp_managed* m) { export_release((export_ctx*)m->manager_ctx); }

@@ -178,9 +178,8 @@ static PyType_Spec tensor_spec = {"pjrt_py._core.DLPackTensor", sizeof(TensorObj
 /* PJRT is done with a view's memory: the Tensor goes, and with it the producer's. */
 static void view_released(void* device_buffer_ptr, void* arg) {
   (void)device_buffer_ptr;
-  if (!gate_enter()) return; /* exiting: the producer's memory outlives every reader */
-  run_with_gil(drop_reference, arg);
-  gate_leave();
+  /* Exiting: the producer's memory outlives every reader. */
+  run_with_gil_unless_exiting(drop_reference, arg);
 }
 
 /* drain_releases(): run the queued releases now (tests). */

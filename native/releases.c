@@ -89,4 +89,13 @@ static void run_with_gil(void (*fn)(void*), void* arg) {
   }
 }
 
+/* run_with_gil from a thread that is not in the gate, unless the exit
+ * sequence has begun: then fn does not run, and what it would release is
+ * kept to the process exit. */
+static void run_with_gil_unless_exiting(void (*fn)(void*), void* arg) {
+  if (!gate_enter()) return;
+  run_with_gil(fn, arg);
+  gate_leave();
+}
+
 static void drop_reference(void* object) { Py_DECREF((PyObject*)object); }
