@@ -4,7 +4,8 @@
 
 GPU_OUT is the folder ``tools/gpu_check.sh run`` wrote (``gpu_out/``, or the
 device tool's copy of it): ``device.json`` (the GPU, the plugin, versions)
-and the JSON of the ``bandwidth``, ``dispatch`` and ``callbacks`` steps.
+and the JSON of the ``bandwidth``, ``dispatch`` and ``callbacks`` steps,
+loose or packed in its ``gpu_out.tar.gz`` (or that archive itself).
 Only the part of the page between the CUDA markers is rewritten; a step that
 did not run is named as missing, not guessed. The tables are the benchmarks'
 own, as on CPU, so the CUDA figures read like the CPU ones beside them.
@@ -13,8 +14,12 @@ own, as on CPU, so the CUDA figures read like the CPU ones beside them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
+import tarfile
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +28,22 @@ from .report import markdown_table, targets_table
 START = "<!-- cuda: start (python -m benchmarks.cuda_table GPU_OUT) -->"
 END = "<!-- cuda: end -->"
 STEPS = ("bandwidth", "dispatch", "callbacks")
+PACKED = "gpu_out.tar.gz"
+
+
+@contextlib.contextmanager
+def unpacked(path: Path) -> Iterator[Path]:
+    """The folder of a GPU check's outputs: ``path`` itself, or a temporary
+    one holding what its ``gpu_out.tar.gz`` (or ``path``, an archive) packed.
+    Members are extracted with tarfile's ``data`` filter: no links out of the
+    folder, no absolute paths, no devices."""
+    archive = path if path.is_file() else path / PACKED
+    if not archive.is_file():
+        yield path
+        return
+    with tempfile.TemporaryDirectory() as folder, tarfile.open(archive) as tar:
+        tar.extractall(folder, filter="data")
+        yield Path(folder)
 
 
 def _load(folder: Path, name: str) -> dict[str, Any] | None:
@@ -83,12 +104,18 @@ def write(doc: Path, text: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("gpu_out", type=Path, help="the folder tools/gpu_check.sh run wrote")
+    parser.add_argument(
+        "gpu_out", type=Path, help=f"the folder tools/gpu_check.sh run wrote, or its {PACKED}"
+    )
     parser.add_argument("--doc", type=Path, default=Path("docs/performance.md"))
     opts = parser.parse_args()
-    if not opts.gpu_out.is_dir():
-        parser.error(f"{opts.gpu_out} is not a folder")
-    write(opts.doc, section(opts.gpu_out))
+    if not (opts.gpu_out.is_dir() or (opts.gpu_out.is_file() and tarfile.is_tarfile(opts.gpu_out))):
+        parser.error(f"{opts.gpu_out} is neither a folder nor a tar archive")
+    try:
+        with unpacked(opts.gpu_out) as folder:
+            write(opts.doc, section(folder))
+    except tarfile.TarError as e:  # a damaged archive, or a member the filter refuses
+        parser.error(f"{opts.gpu_out}: {e}")
     print(f"wrote the CUDA section of {opts.doc}")
 
 

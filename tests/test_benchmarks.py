@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -347,4 +348,29 @@ def test_cuda_table_writes_a_gpu_checks_figures_between_its_markers(
     gpu_part["ratio"] = {"pjrt_py: register_callback": 0.25}  # the shape callbacks._gpu writes
     (out / "callbacks.json").write_text(json.dumps({**reports["callbacks"], "gpu": gpu_part}))
     run_module("benchmarks.cuda_table", str(out), "--doc", str(page))
-    assert "| pjrt_py: register_callback | 31.50 | 0.25 |" in page.read_text()
+    written = page.read_text()
+    assert "| pjrt_py: register_callback | 31.50 | 0.25 |" in written
+    # As tools/gpu_check.sh brings them back: packed into gpu_out.tar.gz beside
+    # summary.txt (the device tool returns 8 files at most), or that archive alone.
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    (packed / "summary.txt").write_text("device: exit 0 after 3 s\n")
+    with tarfile.open(packed / "gpu_out.tar.gz", "w:gz") as tar:
+        for path in sorted(out.iterdir()):
+            tar.add(path, arcname=path.name)
+    for given in (packed, packed / "gpu_out.tar.gz"):
+        page.write_text(f"# Performance\n\n{markers}\n")
+        run_module("benchmarks.cuda_table", str(given), "--doc", str(page))
+        assert page.read_text() == written.replace("\nProse before.\n", "").replace(
+            "\n\nProse after.\n", "\n"
+        )
+    # A member that would land outside the folder is refused, not written.
+    with tarfile.open(packed / "gpu_out.tar.gz", "w:gz") as tar:
+        tar.add(out / "device.json", arcname="../escaped.json")
+    failed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cuda_table", str(packed), "--doc", str(page)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert failed.returncode == 2 and "outside the destination" in failed.stderr, failed.stderr

@@ -7,29 +7,33 @@
 #                                       # (the wheel, cffi + pycparser for cp312,
 #                                       # the benchmarks' C loops)
 #   bash tools/gpu_check.sh run [STEP]  # there, from the repo root, with .gpu/
-#                                       # (the device tool: carry [".gpu"])
+#                                       # (the device tool: carry [".gpu"],
+#                                       # timeout_s 600)
 #
 # `run` installs the wheel into $SITE (/tmp/site) and runs each step with a limit,
 # writing STEP.txt (and the benchmarks' JSON) under $OUT (./gpu_out if unset),
-# and one line per step to summary.txt. The steps, in order (some 8 minutes):
+# and one line per step to summary.txt. The steps, most wanted first:
 #   device     nvidia-smi, versions, the staging settings a client gets
 #   smoke      a staged 256 MiB round trip, checked, with the ring's counters
-#   sweep      tools/staging_sweep.py: chunk size x copier threads, threshold
 #   pytest     tests/test_staging.py, every gpu-marked test, the
 #              capability-gated buffer and memory tests, and no call waiting
 #              with the GIL (test_gil_waits.py), on $PJRT_PLUGIN (cuda)
 #   bandwidth  benchmarks/bandwidth.py: pjrt_py (unstaged, staged), jax, torch
-#   dispatch   benchmarks/dispatch.py
 #   callbacks  benchmarks/callbacks.py: a host callback's round trip on the
 #              GPU next to jax.jit + pure_callback
+#   dispatch   benchmarks/dispatch.py
+#   sweep      tools/staging_sweep.py: chunk size x copier threads, threshold
+#   suite      the whole suite, PJRT_PLUGIN=cuda pytest, in what time is left
 # Name steps to run only those (a rerun after one failed or ran out of time).
-# The device tool's calls last at most 10 minutes, and all of the above can
-# pass that: give them as two calls, `run device smoke sweep pytest` and then
-# `run bandwidth dispatch callbacks`. Then, here, on the outputs the device
-# tool brought back: python -m benchmarks.cuda_table <its files_at>/gpu_out
-# writes the CUDA section of docs/performance.md.
-# One step runs only when named, in a call of its own:
-#   suite      the whole suite, PJRT_PLUGIN=cuda pytest, as far as 9 minutes go
+# A session has 15 minutes of device time, a machine's start included, so the
+# whole check is one call: the steps share a budget, GPU_CHECK_BUDGET_S (540 s,
+# under the tool's 600 s limit per call); each step's limit is cut to what is
+# left of it, and a step with under 30 s left is skipped and said to be. The
+# tool brings back at most 8 files, so the outputs are packed at the end into
+# gpu_out.tar.gz beside summary.txt (a call killed before that still brings
+# back 8 of them). Then, here, on what the tool brought back:
+#   python -m benchmarks.cuda_table <its files_at>/gpu_out
+# unpacks it and writes the CUDA section of docs/performance.md.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -126,10 +130,17 @@ pytest_step() {
   return $rc
 }
 
-# step NAME LIMIT_S COMMAND...: runs it with a time limit, output in $OUT/NAME.txt.
+# step NAME LIMIT_S COMMAND...: runs it with a time limit, cut to what is left
+# of the budget, output in $OUT/NAME.txt.
 step() {
-  local name=$1 limit=$2 start rc
+  local name=$1 limit=$2 start rc left
   shift 2
+  left=$(( DEADLINE - $(date +%s) ))
+  if [ "$left" -lt 30 ]; then
+    echo "$name: skipped, ${left} s left of the ${BUDGET} s budget" | tee -a "$OUT/summary.txt"
+    return
+  fi
+  [ "$limit" = rest ] || [ "$limit" -gt "$left" ] && limit=$left
   echo "== $name (up to ${limit} s)"
   start=$(date +%s)
   timeout -k 10 "$limit" "$@" > "$OUT/$name.txt" 2>&1
@@ -139,11 +150,22 @@ step() {
   tail -n 4 "$OUT/$name.txt"
 }
 
+# pack: every output but summary.txt into gpu_out.tar.gz (the tool's 8 files)
+pack() {
+  local files
+  files=$(cd "$OUT" && ls -A | grep -v -x -e summary.txt -e gpu_out.tar.gz)
+  [ -n "$files" ] || return 0
+  # shellcheck disable=SC2086  # plain file names, written by the steps above
+  (cd "$OUT" && tar -czf gpu_out.tar.gz $files && rm -rf $files)
+  echo "packed: $(echo $files)" >> "$OUT/summary.txt"
+}
+
 wanted() { [ ${#STEPS[@]} = 0 ] || [[ " ${STEPS[*]} " == *" $1 "* ]]; }
-named() { [[ " ${STEPS[*]} " == *" $1 "* ]]; }
 
 run() {
   export OUT=${OUT:-$ROOT/gpu_out}
+  BUDGET=${GPU_CHECK_BUDGET_S:-540}
+  DEADLINE=$(( $(date +%s) + BUDGET - 10 ))  # 10 s to pack
   local site=${SITE:-/tmp/site}
   mkdir -p "$OUT"
   if ! python3 -m pip install -q --no-index --no-deps --target "$site" .gpu/whl/*.whl \
@@ -170,20 +192,21 @@ run() {
 
   if wanted device; then step device 60 bash -c device_step; fi
   if wanted smoke; then step smoke 90 bash -c smoke_step; fi
-  if wanted sweep; then step sweep 100 $PY tools/staging_sweep.py; fi
   if wanted pytest; then step pytest 200 bash -c pytest_step; fi
   if wanted bandwidth; then
     step bandwidth 120 $PY -m benchmarks.bandwidth --json "$OUT/bandwidth.json"
   fi
-  if wanted dispatch; then
-    step dispatch 90 $PY -m benchmarks.dispatch --json "$OUT/dispatch.json"
-  fi
   if wanted callbacks; then
     step callbacks 120 $PY -m benchmarks.callbacks --json "$OUT/callbacks.json"
   fi
-  if named suite; then  # -x off: every failure is worth seeing; each test has its limit
-    step suite 540 $PY -m pytest $PYTEST_OPTS -p no:randomly --durations=15 tests
+  if wanted dispatch; then
+    step dispatch 90 $PY -m benchmarks.dispatch --json "$OUT/dispatch.json"
   fi
+  if wanted sweep; then step sweep 100 $PY tools/staging_sweep.py; fi
+  if wanted suite; then  # -x off: every failure is worth seeing; each test has its limit
+    step suite rest $PY -m pytest $PYTEST_OPTS -p no:randomly --durations=15 tests
+  fi
+  pack
   echo "== done: $OUT"
   cat "$OUT/summary.txt"
 }
