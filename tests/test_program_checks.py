@@ -19,6 +19,7 @@ from pjrt_py.programs.mlir_checks import MAX_DEPTH, check_program
 from pjrt_py.programs.mlir_text import (
     bytecode_to_text,
     is_bytecode,
+    is_portable_artifact,
     main_signature,
     module_attribute_int,
 )
@@ -244,6 +245,31 @@ def test_bytecode_round_trip_keeps_module_attributes() -> None:
         recursive = mlir.module_to_bytecode(module)
     back = bytecode_to_text(recursive)
     assert back is not None and module_attribute_int(back, "mhlo.num_replicas") == 4
+    with pytest.raises(ValueError, match="@main -> @f -> @main"):
+        check_program(back)
+
+
+def test_a_portable_artifact_is_read_as_stablehlo_and_runs(client: pjrt_py.Client) -> None:
+    # What jax exports and serialize_portable_artifact writes is bytecode of
+    # VHLO ops. Read as plain bytecode it had no func.func @main, so
+    # Client.compile refused it as "the program has no func.func @main".
+    from jaxlib.mlir.dialects import stablehlo  # noqa: PLC0415
+
+    lowered = jax.jit(nested_calls_and_loops).lower(jnp.ones(3), jnp.ones(3))
+    text = lowered.as_text()
+    artifact = stablehlo.serialize_portable_artifact_str(text, stablehlo.get_minimum_version())
+    assert is_portable_artifact(artifact) and not is_portable_artifact(text.encode())
+    read = bytecode_to_text(artifact)
+    assert read is not None and "vhlo." not in read
+    assert main_signature(read) == main_signature(text)
+    x, y = np.arange(3, dtype=np.float32), np.full(3, 0.5, np.float32)
+    want = np.asarray(jax.jit(nested_calls_and_loops)(x, y))
+    got = client.compile(artifact).execute(x, y).to_numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # The checks a plugin could crash on now see its functions too.
+    recursive = stablehlo.serialize_portable_artifact_str(MUTUAL, stablehlo.get_minimum_version())
+    back = bytecode_to_text(recursive)
+    assert back is not None
     with pytest.raises(ValueError, match="@main -> @f -> @main"):
         check_program(back)
 

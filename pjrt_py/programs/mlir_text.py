@@ -315,11 +315,24 @@ def bytecode_to_text(code: bytes) -> str | None:
     try:
         from jax._src.interpreters import mlir  # noqa: PLC0415 - jax is optional
         from jaxlib.mlir import ir  # noqa: PLC0415
+        from jaxlib.mlir.dialects import stablehlo  # noqa: PLC0415
     except ImportError:
         return None
     try:
-        with mlir.make_ir_context():
-            module = ir.Module.parse(code)
+        with mlir.make_ir_context() as context:
+            if is_portable_artifact(code):  # VHLO: read back as StableHLO, as a plugin does
+                module = stablehlo.deserialize_portable_artifact(context, code)
+            else:
+                module = ir.Module.parse(code)
             return str(module.operation.get_asm(enable_debug_info=False))
     except Exception:  # MLIRError, or an older jax's other error: the compiler reports it
         return None
+
+
+def is_portable_artifact(code: bytes) -> bool:
+    """Whether ``code`` is a portable StableHLO artifact (what jax exports and
+    ``serialize_portable_artifact`` writes): bytecode of VHLO ops, whose
+    producer, the string after the magic and the version byte, names
+    ``StableHLO_v``. Parsed as plain bytecode its ops are ``vhlo.*``, with no
+    ``func.func @main``."""
+    return is_bytecode(code) and code[5:16] == b"StableHLO_v"
