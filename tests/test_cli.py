@@ -203,6 +203,49 @@ def test_run_reads_stdin_and_checks_inputs_before_compiling(tmp_path: Path) -> N
         assert f"input '{tmp_path / name}' {message}" in result.stderr
 
 
+def test_run_refuses_a_program_that_is_no_file_and_takes_bytecode(
+    tmp_path: Path, client: pjrt_py_lib.Client
+) -> None:
+    # `pjrt-py run /dev/zero` read zeros until memory ran out. A device is now
+    # refused before it is read, and a NUL byte (which no MLIR text holds)
+    # stops the read where it is, also from a pipe that never ends.
+    device = pjrt_py("run", "/dev/zero")
+    assert device.returncode == 1
+    assert device.stderr.startswith("error: ValueError: program '/dev/zero' is not a file or")
+    endless = subprocess.run(
+        f"cat /dev/zero | {sys.executable} -m pjrt_py run -",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert endless.returncode == 1
+    assert "program '<stdin>' is neither MLIR text (a NUL byte at offset 0)" in endless.stderr
+    text = ADD_F32_8.encode()
+    for data, message in [
+        (text + b"\0" + text, f"a NUL byte at offset {len(text)}"),
+        (b"func.func \xff", "is not UTF-8 MLIR text"),
+    ]:
+        (tmp_path / "bad.mlir").write_bytes(data)
+        result = pjrt_py("run", str(tmp_path / "bad.mlir"))
+        assert result.returncode == 1 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    # Portable bytecode (what jax exports) runs as the text does.
+    from pjrt_py.programs.form import for_plugin
+
+    bytecode = for_plugin(client.plugin, ADD_F32_8)  # the default plugin, as `run` uses
+    if bytecode is None:
+        pytest.skip("jaxlib, which writes portable bytecode, is not installed")
+    (tmp_path / "add.mlirbc").write_bytes(bytecode)
+    x = np.arange(8, dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "y.npy"
+    args = ["-i", str(tmp_path / "x.npy"), "-i", str(tmp_path / "x.npy"), "-o", str(out)]
+    result = pjrt_py("run", str(tmp_path / "add.mlirbc"), *args)
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(np.load(out), x + x)
+
+
 def test_a_closed_pipe_is_not_an_error() -> None:
     # `pjrt-py info | head -1`: the reader leaves early.
     proc = subprocess.Popen(

@@ -68,8 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--quick", action="store_true", help="a smaller version (a second or two)")
     demo.add_argument("--plugin", help=PLUGIN_HELP + " (default: $PJRT_PLUGIN, else cpu)")
     demo.set_defaults(fn=_demo)
-    run_cmd = sub.add_parser("run", help="run a StableHLO/MLIR text program")
-    run_cmd.add_argument("program", help="a .mlir text file with a @main function ('-': stdin)")
+    run_cmd = sub.add_parser("run", help="run a StableHLO/MLIR program")
+    run_cmd.add_argument(
+        "program", help="a .mlir text or bytecode file with a @main function ('-': stdin)"
+    )
     run_cmd.add_argument("-i", "--input", action="append", default=[], help=".npy input (repeat)")
     run_cmd.add_argument("-o", "--output", action="append", default=[], help=".npy output (repeat)")
     run_cmd.add_argument(

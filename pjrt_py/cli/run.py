@@ -1,9 +1,11 @@
-"""``pjrt-py run``: run a StableHLO/MLIR text program on .npy inputs."""
+"""``pjrt-py run``: run a StableHLO/MLIR program (text or bytecode) on .npy inputs."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import stat
 import sys
 from typing import Any
 
@@ -18,11 +20,7 @@ def command(args: argparse.Namespace) -> int:
     from ..runtime.errors import ProgramError
     from ..tracing import trace
 
-    if args.program == "-":
-        program = sys.stdin.read()
-    else:
-        with open(args.program) as f:
-            program = f.read()
+    program = _read_program(args.program)
     inputs = [_load_input(path) for path in args.input]  # before any compile
     # The resolver `pjrt-py test --plugin` uses too, so the two take the same names.
     client = Client(None if args.plugin is None else find_plugin(args.plugin, origin="--plugin"))
@@ -51,6 +49,39 @@ def command(args: argparse.Namespace) -> int:
             print(f"output {i}: {array.dtype}{list(array.shape)}")
             print(np.array2string(array, threshold=64))
     return 0
+
+
+BYTECODE_MAGIC = b"ML\xefR"  # MLIR bytecode (portable StableHLO) starts so
+
+
+def _read_program(path: str) -> str | bytes:
+    """The program in ``path`` (``-``: stdin): MLIR text, or MLIR bytecode as
+    bytes. Refused with a ``ValueError`` naming it, before it is all read:
+    a device or a folder (``/dev/zero`` would be read until memory ran out),
+    and text with a NUL byte, which no MLIR text has, or that is not UTF-8."""
+    name = "<stdin>" if path == "-" else path
+    with contextlib.ExitStack() as stack:
+        f = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
+        mode = os.fstat(f.fileno()).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            raise ValueError(f"program {name!r} is not a file or a pipe")
+        data = bytearray()
+        while chunk := f.read(1 << 20):
+            data += chunk
+            if data.startswith(BYTECODE_MAGIC):
+                continue
+            if (at := chunk.find(0)) >= 0:
+                offset = len(data) - len(chunk) + at
+                raise ValueError(
+                    f"program {name!r} is neither MLIR text (a NUL byte at offset "
+                    f"{offset}) nor MLIR bytecode"
+                )
+    if data.startswith(BYTECODE_MAGIC):
+        return bytes(data)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"program {name!r} is not UTF-8 MLIR text: {e}") from None
 
 
 def _load_input(path: str) -> Any:
