@@ -106,7 +106,7 @@ def test_async_doc_code_block_runs(index: int) -> None:
         ),
         pytest.param(CALLBACKS_DOC, 4, marks=pytest.mark.needs_host_callbacks),
         (DISTRIBUTED_DOC, 1),
-        (DYNAMIC_DOC, 2),
+        (DYNAMIC_DOC, 3),
         (TRACING_DOC, 2),
         (MEMORY_DOC, 2),
         (GPU_DOC, 1),

@@ -61,6 +61,9 @@ class Compiler:
         isolate_compile: bool | None = None,
     ) -> None:
         self.cache = MemoryCache()
+        # Bytecode seen by compile -> its text if it has dynamic dimensions,
+        # else None: a compile of the same bytes (a cache hit) reads it once.
+        self._bytecode_dynamic: dict[bytes, str | None] = {}
         if cache_dir is None:
             cache_dir = os.environ.get(ENV_DIR) or False
         if cache_dir is True:
@@ -99,6 +102,8 @@ class Compiler:
             program = bytes(program)
         if not isinstance(program, (str, bytes)):
             raise TypeError(f"program must be str (MLIR text) or bytes, got {type(program)}")
+        if isinstance(program, bytes):  # bytecode with dynamic dimensions goes as its text
+            program = self._dynamic_text(program) or program
         if isinstance(program, str) and "?" in program and dynamic_signature(program):
             # Dynamic dimensions: compiled per call's shapes (pjrt_py.dynamic).
             return DynamicExecutable(  # type: ignore[return-value]
@@ -173,6 +178,20 @@ class Compiler:
             exe._ordered_form()
             exe._ordered = exe._blocked = True
         return exe
+
+    def _dynamic_text(self, program: bytes) -> str | None:
+        """The text of bytecode ``program`` if its ``@main`` has dynamic
+        dimensions (a shape-polymorphic ``jax.export``), else None. Its
+        dimensions are encoded as numbers, so the bytecode is read (through
+        jax's MLIR bindings, where installed) once per program."""
+        if program in self._bytecode_dynamic:
+            return self._bytecode_dynamic[program]
+        text = bytecode_to_text(program)
+        dynamic = text if text is not None and "?" in text and dynamic_signature(text) else None
+        if len(self._bytecode_dynamic) >= 64:  # a bound, not an LRU: rereading is correct
+            self._bytecode_dynamic.clear()
+        self._bytecode_dynamic[program] = dynamic
+        return dynamic
 
     def _device_id(self, client: RuntimeClient, device: int | Device) -> int:
         return client._target(device).id if isinstance(device, Device) else device
