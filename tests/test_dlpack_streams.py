@@ -188,7 +188,8 @@ def test_export_orders_the_consumers_stream_not_the_host() -> None:
     exe = client.compile(
         f"""
         func.func @main(%x: tensor<{n}x{n}xf32>) -> tensor<{n}x{n}xf32> {{
-          %0 = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0]
+          %0 = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0],
+            precision = [HIGHEST, HIGHEST]
             : (tensor<{n}x{n}xf32>, tensor<{n}x{n}xf32>) -> tensor<{n}x{n}xf32>
           return %0 : tensor<{n}x{n}xf32>
         }}"""
@@ -200,9 +201,11 @@ def test_export_orders_the_consumers_stream_not_the_host() -> None:
         t = torch.from_dlpack(out)  # torch passes s: s waits on the device
         total = t.sum()
     s.synchronize()
-    expected = torch.from_numpy(x).cuda() @ torch.from_numpy(x).cuda()
-    assert torch.allclose(t, expected, rtol=1e-3, atol=1e-2)
-    assert torch.isfinite(total)
+    # Full float32 (HIGHEST, not the GPU's TF32 default) against float64: a
+    # read before the product was written would be far off.
+    expected = x.astype(np.float64) @ x.astype(np.float64)
+    np.testing.assert_allclose(t.cpu().numpy(), expected, rtol=1e-4, atol=1e-3)
+    assert abs(float(total) - expected.sum()) <= 1e-4 * np.abs(expected).sum()  # torch's sum
 
 
 @pytest.mark.gpu
