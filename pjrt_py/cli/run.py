@@ -51,14 +51,13 @@ def command(args: argparse.Namespace) -> int:
     return 0
 
 
-BYTECODE_MAGIC = b"ML\xefR"  # MLIR bytecode (portable StableHLO) starts so
-
-
 def _read_program(path: str) -> str | bytes:
     """The program in ``path`` (``-``: stdin): MLIR text, or MLIR bytecode as
     bytes. Refused with a ``ValueError`` naming it, before it is all read:
     a device or a folder (``/dev/zero`` would be read until memory ran out),
     and text with a NUL byte, which no MLIR text has, or that is not UTF-8."""
+    from ..programs.mlir_text import is_bytecode
+
     name = "<stdin>" if path == "-" else path
     with contextlib.ExitStack() as stack:
         f = sys.stdin.buffer if path == "-" else stack.enter_context(open(path, "rb"))
@@ -68,7 +67,7 @@ def _read_program(path: str) -> str | bytes:
         data = bytearray()
         while chunk := f.read(1 << 20):
             data += chunk
-            if data.startswith(BYTECODE_MAGIC):
+            if is_bytecode(data):
                 continue
             if (at := chunk.find(0)) >= 0:
                 offset = len(data) - len(chunk) + at
@@ -76,7 +75,7 @@ def _read_program(path: str) -> str | bytes:
                     f"program {name!r} is neither MLIR text (a NUL byte at offset "
                     f"{offset}) nor MLIR bytecode"
                 )
-    if data.startswith(BYTECODE_MAGIC):
+    if is_bytecode(data):
         return bytes(data)
     try:
         return data.decode("utf-8")

@@ -20,7 +20,7 @@ sets. ``debug_options`` overrides single fields by name or number.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from . import jax_options as _jax_options
 from . import option_fields as opt
@@ -185,19 +185,22 @@ def encode_compile_options(
 # -- options for a program -------------------------------------------------
 
 
-def module_count(program: str | bytes, name: str) -> int:
+def module_count(
+    program: str | bytes, name: str, read: Callable[[bytes], str | None] = bytecode_to_text
+) -> int:
     """``mhlo.num_replicas`` / ``mhlo.num_partitions`` of a module, else 1.
 
     Text is read by a real lex of the module's attribute dictionary. Bytecode
-    is read through jax's MLIR bindings when the attribute's name is in it;
-    without them such bytecode is refused: compiling it for one replica
-    would silently give other results.
+    is read through jax's MLIR bindings when the attribute's name is in it
+    (by ``read``: the compiler's, which reads it once, and out of process
+    when compiles are isolated); without them such bytecode is refused:
+    compiling it for one replica would silently give other results.
     """
     attribute = f"mhlo.{name}"
     if isinstance(program, bytes):
         if attribute.encode() not in program:
             return 1  # the name is in the bytecode's string table if it is set
-        text = bytecode_to_text(program)
+        text = read(program)
         if text is None:
             raise ValueError(
                 f"this bytecode program sets {attribute}, which pjrt_py reads with jax's "
@@ -226,20 +229,22 @@ def options_for_program(
     device: int | None,
     device_ids: Sequence[int],
     debug_options: Mapping[str | int, DebugValue] | None = None,
+    read: Callable[[bytes], str | None] = bytecode_to_text,
 ) -> bytes:
     """The CompileOptionsProto for ``Client.compile``'s keyword arguments.
 
     ``device_assignment`` and ``device`` are device ids here; ``device_ids``
     lists the client's devices (the default assignment takes them in order).
+    ``read`` reads a bytecode program's text (``module_count``).
     """
     # Validated first: the device counts below multiply them.
     replicas = positive_count(
         "num_replicas",
-        module_count(program, "num_replicas") if num_replicas is None else num_replicas,
+        module_count(program, "num_replicas", read) if num_replicas is None else num_replicas,
     )
     partitions = positive_count(
         "num_partitions",
-        module_count(program, "num_partitions") if num_partitions is None else num_partitions,
+        module_count(program, "num_partitions", read) if num_partitions is None else num_partitions,
     )
     assignment: list[list[int]] | None = None
     if device is not None:

@@ -37,7 +37,8 @@ _REQUEST = struct.Struct("<BQQ")  # kind, program bytes, options bytes
 _REPLY = struct.Struct("<BQ")  # status, payload bytes
 
 
-_TEXT, _BYTECODE = 1, 2
+_TEXT, _BYTECODE = 1, 2  # compile a program
+_READ = 3  # read a bytecode program as text (jax's MLIR bindings): the reply is it, or empty
 
 
 _OK, _ERROR, _FATAL = 0, 1, 2  # _FATAL: the helper could not start and exits

@@ -23,6 +23,7 @@ from .compile_process import (
     _FATAL,
     _MAX_OUTPUT,
     _OK,
+    _READ,
     _REPLY,
     _REQUEST,
     _TEXT,
@@ -30,6 +31,7 @@ from .compile_process import (
     TEST_CRASH_MARKER,
 )
 from .compiler import Compiler
+from .mlir_text import bytecode_to_text
 
 
 def _describe(exc: BaseException) -> bytes:
@@ -95,6 +97,10 @@ def main() -> None:
             os.lseek(2, 0, os.SEEK_SET)
         if crash and TEST_CRASH_MARKER in code:
             _test_crash(crash)
+        if kind == _READ:  # what could hang or abort on bytecode is jax's reader, here
+            text = bytecode_to_text(code)
+            _reply(replies, _OK, b"" if text is None else text.encode())
+            continue
         try:
             program = code.decode() if kind == _TEXT else code
             compiled = compiler.compile_code(client, program, code, compile_options)

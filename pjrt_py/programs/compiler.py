@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -61,9 +62,9 @@ class Compiler:
         isolate_compile: bool | None = None,
     ) -> None:
         self.cache = MemoryCache()
-        # Bytecode seen by compile -> its text if it has dynamic dimensions,
-        # else None: a compile of the same bytes (a cache hit) reads it once.
-        self._bytecode_dynamic: dict[bytes, str | None] = {}
+        # Bytecode compiled lately -> its text, or None where it cannot be
+        # read: a compile of the same bytes (a cache hit) reads it once.
+        self._bytecode_texts: OrderedDict[bytes, str | None] = OrderedDict()
         if cache_dir is None:
             cache_dir = os.environ.get(ENV_DIR) or False
         if cache_dir is True:
@@ -102,8 +103,14 @@ class Compiler:
             program = bytes(program)
         if not isinstance(program, (str, bytes)):
             raise TypeError(f"program must be str (MLIR text) or bytes, got {type(program)}")
+        if isolate is None:
+            isolate = self.isolate
+        elif not isinstance(isolate, bool):
+            raise TypeError(f"isolate must be True, False or None, got {isolate!r}")
         if isinstance(program, bytes):  # bytecode with dynamic dimensions goes as its text
-            program = self._dynamic_text(program) or program
+            text = self._bytecode_text(program, isolate)
+            if text is not None and "?" in text and dynamic_signature(text):
+                program = text
         if isinstance(program, str) and "?" in program and dynamic_signature(program):
             # Dynamic dimensions: compiled per call's shapes (pjrt_py.dynamic).
             return DynamicExecutable(  # type: ignore[return-value]
@@ -133,6 +140,7 @@ class Compiler:
                 device=None if device is None else client._target(device).id,
                 device_ids=[d.id for d in client.devices],
                 debug_options=debug_options,
+                read=lambda code: self._bytecode_text(code, isolate),
             )
         elif not isinstance(compile_options, (bytes, bytearray)) or not compile_options:
             raise ValueError("compile_options must be non-empty serialized CompileOptionsProto")
@@ -146,10 +154,6 @@ class Compiler:
         else:
             options = bytes(compile_options)
             check_compile_options(options, [d.id for d in client.devices])
-        if isolate is None:
-            isolate = self.isolate
-        elif not isinstance(isolate, bool):
-            raise TypeError(f"isolate must be True, False or None, got {isolate!r}")
         if not isinstance(ordered, bool):
             raise TypeError(f"ordered must be True or False, got {ordered!r}")
         if isolate and client._spans_processes:
@@ -179,19 +183,22 @@ class Compiler:
             exe._ordered = exe._blocked = True
         return exe
 
-    def _dynamic_text(self, program: bytes) -> str | None:
-        """The text of bytecode ``program`` if its ``@main`` has dynamic
-        dimensions (a shape-polymorphic ``jax.export``), else None. Its
-        dimensions are encoded as numbers, so the bytecode is read (through
-        jax's MLIR bindings, where installed) once per program."""
-        if program in self._bytecode_dynamic:
-            return self._bytecode_dynamic[program]
-        text = bytecode_to_text(program)
-        dynamic = text if text is not None and "?" in text and dynamic_signature(text) else None
-        if len(self._bytecode_dynamic) >= 64:  # a bound, not an LRU: rereading is correct
-            self._bytecode_dynamic.clear()
-        self._bytecode_dynamic[program] = dynamic
-        return dynamic
+    def _bytecode_text(self, program: bytes, isolate: bool) -> str | None:
+        """The text of bytecode ``program`` (``mlir_text.bytecode_to_text``),
+        or None. It gives the checks, the signature, the module's replica
+        counts and whether it has dynamic dimensions (a shape-polymorphic
+        ``jax.export`` encodes them as numbers). Read once per program; in
+        the helper process when ``isolate``, because jax's MLIR reader can
+        hang or die on damaged bytecode as a compiler can."""
+        texts = self._bytecode_texts
+        if program in texts:
+            texts.move_to_end(program)
+            return texts[program]
+        text = self.helper.read_bytecode(program) if isolate else bytecode_to_text(program)
+        texts[program] = text
+        if len(texts) > 16:
+            texts.popitem(last=False)
+        return text
 
     def _device_id(self, client: RuntimeClient, device: int | Device) -> int:
         return client._target(device).id if isinstance(device, Device) else device
@@ -209,7 +216,7 @@ class Compiler:
         ``isolate``: in the compile helper process, loading what it serialized."""
         # What the plugin could crash on is refused first (see mlir_text);
         # bytecode is read through jax's MLIR bindings where installed.
-        text = program if isinstance(program, str) else bytecode_to_text(program)
+        text = program if isinstance(program, str) else self._bytecode_text(program, isolate)
         if text is not None:
             check_program(text)
             if find_main(text) is None:  # the plugin would print the module in generic form

@@ -58,7 +58,7 @@ from typing import Any
 from ..runtime import errors
 from ..runtime import process as _runtime
 from ..runtime.errors import CompilerCrashError, DeadlineExceededError, PjrtError
-from .compile_process import _BYTECODE, _FATAL, _OK, _TEXT, _HelperDied, _Worker
+from .compile_process import _BYTECODE, _FATAL, _OK, _READ, _TEXT, _HelperDied, _Worker
 
 ENV_DEFAULT = "PJRT_PY_ISOLATE_COMPILE"
 ENV_TIMEOUT = "PJRT_PY_COMPILE_TIMEOUT"
@@ -124,8 +124,18 @@ class IsolatedCompiler:
         PjrtError, ValueError, ...
             What the compile raised in the helper: same class, same message.
         """
+        return self._exchange(_TEXT if isinstance(program, str) else _BYTECODE, code, options)
+
+    def read_bytecode(self, code: bytes) -> str | None:
+        """``mlir_text.bytecode_to_text(code)``, run in the helper: jax's
+        MLIR reader hangs or dies on some damaged bytecode, as a compiler
+        can. Raises as ``compile`` does (``CompilerCrashError`` if it died)."""
+        text = self._exchange(_READ, code, b"")
+        return text.decode() if text else None
+
+    def _exchange(self, kind: int, code: bytes, options: bytes) -> bytes:
         timeout = compile_timeout()
-        kind = _TEXT if isinstance(program, str) else _BYTECODE
+        what = "reading a bytecode program" if kind == _READ else "compiling"
         with self._lock:
             if self._closed:
                 raise ValueError("the client is closed: its compile helper was stopped")
@@ -141,14 +151,15 @@ class IsolatedCompiler:
                 self._drop(worker)
                 if self._closed:
                     raise ValueError("the client was closed during an isolated compile") from None
-                raise _crash(worker.pid, returncode, output) from None
+                raise _crash(worker.pid, returncode, output, what) from None
             except TimeoutError:
                 output = worker.output_tail()
                 worker.kill()
                 worker.reap()
                 self._drop(worker)
                 raise DeadlineExceededError(
-                    f"an isolated compile took longer than {timeout:g} s ({ENV_TIMEOUT}); "
+                    f"an isolated compile took longer than {timeout:g} s ({ENV_TIMEOUT}) "
+                    f"while {what}; "
                     f"its helper process (pid {worker.pid}) was killed"
                     + (f". Its last output:\n{output}" if output else "")
                 ) from None
@@ -203,14 +214,14 @@ class IsolatedCompiler:
         return f"<IsolatedCompiler {self.plugin_path} ({state})>"
 
 
-def _crash(pid: int, returncode: int, output: str) -> CompilerCrashError:
+def _crash(pid: int, returncode: int, output: str, what: str) -> CompilerCrashError:
     sig: signal.Signals | None = None
     if returncode < 0:
         sig = signal.Signals(-returncode)
         how = f"was killed by {sig.name} ({signal.strsignal(sig) or sig.name})"
     else:
         how = f"exited with status {returncode}"
-    message = f"the compiler crashed: the compile helper process (pid {pid}) {how} while compiling"
+    message = f"the compiler crashed: the compile helper process (pid {pid}) {how} while {what}"
     message += f". Its last output:\n{output}" if output else " (it wrote no output)"
     return CompilerCrashError(message, signal=sig, returncode=returncode, output=output)
 

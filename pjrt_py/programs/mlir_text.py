@@ -21,11 +21,12 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..runtime.dtypes import MLIR_NAMES
+from .mlir_bytecode import MAGIC as BYTECODE_MAGIC
+from .mlir_bytecode import text_is_utf8
 from .mlir_lexer import Lexed, lex
 from .signature import ArgSpec
 
 INT64_MAX = 2**63 - 1
-BYTECODE_MAGIC = b"ML\xefR"
 
 _SYMBOL = r"@[\w$.]+"
 _MAIN = re.compile(r"func\.func\s+(?:(?:public|private|nested)\s+)*@main\s*\(")
@@ -299,7 +300,7 @@ def _is_module(lexed: Lexed, m: re.Match[str]) -> bool:
     return lexed.starts_word(start) and lexed.depths_at([start]) == [0]
 
 
-def is_bytecode(code: bytes) -> bool:
+def is_bytecode(code: bytes | bytearray) -> bool:
     """Whether ``code`` is MLIR bytecode (it starts with ``ML\\xefR``)."""
     return code[:4] == BYTECODE_MAGIC
 
@@ -308,9 +309,10 @@ def bytecode_to_text(code: bytes) -> str | None:
     """The text of an MLIR bytecode module, read with jax's MLIR bindings.
 
     None when ``code`` is not bytecode, jax is not installed, or the module
-    cannot be read.
+    cannot be read; also, unread, when its text is not UTF-8, which jax's
+    bindings would abort the process on (``mlir_bytecode``).
     """
-    if not is_bytecode(code):
+    if not is_bytecode(code) or not text_is_utf8(code):
         return None
     try:
         from jax._src.interpreters import mlir  # noqa: PLC0415 - jax is optional
