@@ -1,12 +1,13 @@
 """Damaged MLIR bytecode reaches no reader that can take the process down.
 
 pjrt_py reads bytecode programs with jaxlib's MLIR bindings (checks,
-signature, replica counts, dynamic dimensions). Found by flipping bytes of a
-portable artifact: a parse failure whose diagnostic is not UTF-8 aborts the
-process inside those bindings, and some damage sends their reader into an
-endless loop (the plugins hang or crash on the same bytes). The first is
-refused before reading (``mlir_bytecode.text_is_utf8``); the second is what
-``isolate=True`` is for, which now reads bytecode in the helper process too.
+signature, replica counts, dynamic dimensions). Found by flipping bytes of
+portable artifacts and jax's bytecode (5,000 cases): a parse failure whose
+diagnostic is not UTF-8 aborted the process inside those bindings, and
+some damage makes MLIR's reader loop forever or segfault, jaxlib's and the
+plugins' alike. The first is refused before reading
+(``mlir_bytecode.text_is_utf8``); for the others, bytecode is now read in
+the compile helper process, and the text it gives is what is compiled.
 """
 
 from __future__ import annotations
@@ -151,33 +152,75 @@ def test_an_isolated_compile_reads_bytecode_in_the_helper(
         client.close()
 
 
-HANGS = (102, 26)  # this one flipped byte sends jaxlib 0.10's reader into a loop
-
-
-def test_bytecode_that_hangs_the_reader_is_bounded_by_the_compile_timeout() -> None:
-    offset, value = HANGS
+def in_process_read_dies(flips: tuple[tuple[int, int], ...]) -> str | None:
+    """How jaxlib's reader, run here on the damaged artifact, fails: "hangs",
+    "crashes", or None where this jaxlib reads or refuses it cleanly."""
     probe = f"""
         from pjrt_py.programs.mlir_text import bytecode_to_text
-        code = bytearray({artifact()!r})
-        code[{offset}] = {value}
-        print("read:", bytecode_to_text(bytes(code)) is not None)
+        print("read:", bytecode_to_text({damaged(*flips)!r}) is not None)
         """
     try:
         read = run_python(probe, timeout=10)
-    except AssertionError:  # it ran past its time: the reader loops
-        pass
-    else:
-        pytest.skip(f"this jaxlib reads the damaged artifact without hanging: {read.stdout!r}")
+    except AssertionError:  # it ran past its time
+        return "hangs"
+    return "crashes" if read.returncode < 0 else None
+
+
+SEGV = ((110, 95),)  # one flipped byte: jaxlib 0.10's reader and all three plugins segfault
+
+
+def test_bytecode_that_crashes_mlirs_reader_is_an_error_in_a_default_compile() -> None:
+    if in_process_read_dies(SEGV) != "crashes":
+        pytest.skip("this jaxlib reads the damaged artifact without crashing")
+    result = run_python(
+        f"""
+        import numpy as np
+        import pjrt_py
+        client = pjrt_py.Client()  # no isolate: the compile default
+        try:
+            client.compile({damaged(*SEGV)!r})
+        except pjrt_py.CompilerCrashError as e:
+            print("refused:", str(e)[:160])
+        x = np.arange(8, dtype=np.float32)
+        print(client.compile({artifact()!r}).execute(x, x).to_numpy().tolist())
+        """,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "while reading a bytecode program" in result.stdout, result.stdout
+    assert str([2.0 * i for i in range(8)]) in result.stdout
+
+
+def test_bytecode_jax_will_not_read_is_compiled_out_of_process() -> None:
+    # A string that is not UTF-8 keeps it from jax's reader; the plugin takes
+    # it, in the helper, and the result runs here.
+    code = jax_bytecode(f'module attributes {{test.s = "h\u00e9"}} {{\n{ADD_F32_8}\n}}')
+    code = code.replace("h\u00e9".encode(), b"h\xe9\xff")
+    assert not text_is_utf8(code)
+    fresh = pjrt_py.Client(cache_dir=False)
+    try:
+        assert fresh.compile_helper.pid is None
+        x = np.arange(8, dtype=np.float32)
+        np.testing.assert_array_equal(fresh.compile(code).execute(x, x).to_numpy(), x + x)
+        assert fresh.compile_helper.pid is not None
+    finally:
+        fresh.close()
+
+
+HANGS = ((102, 26),)  # one flipped byte sends jaxlib 0.10's reader into a loop
+
+
+def test_bytecode_that_hangs_the_reader_is_bounded_by_the_compile_timeout() -> None:
+    if in_process_read_dies(HANGS) != "hangs":
+        pytest.skip("this jaxlib reads the damaged artifact without hanging")
     result = run_python(
         f"""
         import os, time
         os.environ[{isolate.ENV_TIMEOUT!r}] = "5"
         import pjrt_py
-        code = bytearray({artifact()!r})
-        code[{offset}] = {value}
         started = time.monotonic()
         try:
-            pjrt_py.Client().compile(bytes(code), isolate=True)
+            pjrt_py.Client().compile({damaged(*HANGS)!r})
         except pjrt_py.DeadlineExceededError as e:
             print("bounded after %.0f s:" % (time.monotonic() - started), str(e)[:120])
         """,

@@ -1,9 +1,11 @@
 """The compile helper process: the other end of ``pjrt_py.isolate``.
 
-It makes a client of the same plugin with the same options, then compiles
-each request and answers with the serialized executable, or with a
-description of the exception. It is a module of its own so that
-``pjrt_py.programs.isolate`` starts it by name and never imports it.
+It makes a client of the same plugin with the same options (at its first
+compile request), then compiles each request and answers with the
+serialized executable, or with a description of the exception. It also
+reads bytecode programs as text for the parent (``_READ``), with no client.
+It is a module of its own so that ``pjrt_py.programs.isolate`` starts it by
+name and never imports it.
 """
 
 from __future__ import annotations
@@ -76,12 +78,10 @@ def main() -> None:
     in_fd, out_fd, plugin_path, options = sys.argv[1:5]
     requests = os.fdopen(int(in_fd), "rb")
     replies = os.fdopen(int(out_fd), "wb")
-    try:
-        client = RuntimeClient(plugin_path, json.loads(options))
-        compiler = Compiler(plugin_path, client.options, cache_dir=False, isolate_compile=False)
-    except Exception as exc:
-        _reply(replies, _FATAL, _describe(exc))
-        os._exit(1)
+    # The client is made at the first compile: a helper that only reads
+    # bytecode takes no device (on a GPU, no context and no memory).
+    client: RuntimeClient | None = None
+    compiler: Compiler | None = None
     crash = os.environ.get(ENV_TEST_CRASH)
     while True:
         head = requests.read(_REQUEST.size)
@@ -101,6 +101,16 @@ def main() -> None:
             text = bytecode_to_text(code)
             _reply(replies, _OK, b"" if text is None else text.encode())
             continue
+        if client is None or compiler is None:
+            try:
+                client = RuntimeClient(plugin_path, json.loads(options))
+                compiler = Compiler(
+                    plugin_path, client.options, cache_dir=False, isolate_compile=False
+                )
+                compiler.reads_in_process = True  # this process is the isolation
+            except Exception as exc:
+                _reply(replies, _FATAL, _describe(exc))
+                os._exit(1)
         try:
             program = code.decode() if kind == _TEXT else code
             compiled = compiler.compile_code(client, program, code, compile_options)

@@ -34,7 +34,7 @@ from .dynamic import DynamicExecutable, dynamic_signature
 from .executable import Executable
 from .isolate import IsolatedCompiler, env_default
 from .mlir_checks import check_program
-from .mlir_text import bytecode_to_text, find_main, main_signature
+from .mlir_text import bytecode_to_text, can_read_bytecode, find_main, main_signature
 from .placement import check_compile_options
 from .signature import ArgSpec
 
@@ -65,6 +65,7 @@ class Compiler:
         # Bytecode compiled lately -> its text, or None where it cannot be
         # read: a compile of the same bytes (a cache hit) reads it once.
         self._bytecode_texts: OrderedDict[bytes, str | None] = OrderedDict()
+        self.reads_in_process = False  # True in the helper process, which reads for us
         if cache_dir is None:
             cache_dir = os.environ.get(ENV_DIR) or False
         if cache_dir is True:
@@ -107,10 +108,8 @@ class Compiler:
             isolate = self.isolate
         elif not isinstance(isolate, bool):
             raise TypeError(f"isolate must be True, False or None, got {isolate!r}")
-        if isinstance(program, bytes):  # bytecode with dynamic dimensions goes as its text
-            text = self._bytecode_text(program, isolate)
-            if text is not None and "?" in text and dynamic_signature(text):
-                program = text
+        if isinstance(program, bytes):
+            program, isolate = self._bytecode_plan(client, program, isolate)
         if isinstance(program, str) and "?" in program and dynamic_signature(program):
             # Dynamic dimensions: compiled per call's shapes (pjrt_py.dynamic).
             return DynamicExecutable(  # type: ignore[return-value]
@@ -140,7 +139,7 @@ class Compiler:
                 device=None if device is None else client._target(device).id,
                 device_ids=[d.id for d in client.devices],
                 debug_options=debug_options,
-                read=lambda code: self._bytecode_text(code, isolate),
+                read=self._bytecode_text,
             )
         elif not isinstance(compile_options, (bytes, bytearray)) or not compile_options:
             raise ValueError("compile_options must be non-empty serialized CompileOptionsProto")
@@ -183,18 +182,40 @@ class Compiler:
             exe._ordered = exe._blocked = True
         return exe
 
-    def _bytecode_text(self, program: bytes, isolate: bool) -> str | None:
+    def _bytecode_plan(
+        self, client: RuntimeClient, program: bytes, isolate: bool
+    ) -> tuple[str | bytes, bool]:
+        """What to compile for bytecode ``program``, and whether in isolation.
+
+        Damaged bytecode crashes or hangs MLIR's reader, jax's and the
+        plugins' alike (one flipped byte is enough), so no bytecode is
+        parsed in this process: with jax installed, the helper process reads
+        it as text, and the text is compiled (checked like any text, and
+        read by the plugin from pjrt_py's own serialization). Bytecode jax
+        cannot read (a newer StableHLO than jaxlib's, or damage) is compiled
+        in the helper: the plugin's own verdict, out of process, except for
+        a client of several processes, which no helper can join. Without
+        jax the bytes go to the plugin as they are (``docs/reliability.md``).
+        """
+        text = self._bytecode_text(program)
+        if text is not None:
+            return text, isolate
+        if can_read_bytecode() and not client._spans_processes:
+            return program, True
+        return program, isolate
+
+    def _bytecode_text(self, program: bytes) -> str | None:
         """The text of bytecode ``program`` (``mlir_text.bytecode_to_text``),
-        or None. It gives the checks, the signature, the module's replica
-        counts and whether it has dynamic dimensions (a shape-polymorphic
-        ``jax.export`` encodes them as numbers). Read once per program; in
-        the helper process when ``isolate``, because jax's MLIR reader can
-        hang or die on damaged bytecode as a compiler can."""
+        or None: read once per program, in the helper process (see
+        ``_bytecode_plan``) unless this compiler is the helper's own."""
         texts = self._bytecode_texts
         if program in texts:
             texts.move_to_end(program)
             return texts[program]
-        text = self.helper.read_bytecode(program) if isolate else bytecode_to_text(program)
+        if self.reads_in_process or not can_read_bytecode():
+            text = bytecode_to_text(program)
+        else:
+            text = self.helper.read_bytecode(program)
         texts[program] = text
         if len(texts) > 16:
             texts.popitem(last=False)
@@ -216,7 +237,7 @@ class Compiler:
         ``isolate``: in the compile helper process, loading what it serialized."""
         # What the plugin could crash on is refused first (see mlir_text);
         # bytecode is read through jax's MLIR bindings where installed.
-        text = program if isinstance(program, str) else self._bytecode_text(program, isolate)
+        text = program if isinstance(program, str) else self._bytecode_text(program)
         if text is not None:
             check_program(text)
             if find_main(text) is None:  # the plugin would print the module in generic form

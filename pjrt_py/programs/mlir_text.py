@@ -15,6 +15,7 @@ the same offsets. Bracket depth is one numpy pass over the clean copy.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, NamedTuple
 
@@ -303,6 +304,17 @@ def _is_module(lexed: Lexed, m: re.Match[str]) -> bool:
 def is_bytecode(code: bytes | bytearray) -> bool:
     """Whether ``code`` is MLIR bytecode (it starts with ``ML\\xefR``)."""
     return code[:4] == BYTECODE_MAGIC
+
+
+@functools.cache
+def can_read_bytecode() -> bool:
+    """Whether jax's MLIR bindings, which ``bytecode_to_text`` reads with, import."""
+    try:
+        from jax._src.interpreters import mlir  # noqa: F401, PLC0415 - jax is optional
+        from jaxlib.mlir.dialects import stablehlo  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
 
 
 def bytecode_to_text(code: bytes) -> str | None:
