@@ -209,16 +209,19 @@ class Compiler:
         or None: read once per program, in the helper process (see
         ``_bytecode_plan``) unless this compiler is the helper's own."""
         texts = self._bytecode_texts
-        if program in texts:
+        try:  # another thread may drop it in between: then it is read again
             texts.move_to_end(program)
             return texts[program]
+        except KeyError:
+            pass
         if self.reads_in_process or not can_read_bytecode():
             text = bytecode_to_text(program)
         else:
             text = self.helper.read_bytecode(program)
         texts[program] = text
-        if len(texts) > 16:
-            texts.popitem(last=False)
+        while len(texts) > 16:
+            with contextlib.suppress(KeyError):  # a thread beside this one popped it
+                texts.popitem(last=False)
         return text
 
     def _device_id(self, client: RuntimeClient, device: int | Device) -> int:
