@@ -107,7 +107,7 @@ def main() -> None:
                 compiler = Compiler(
                     plugin_path, client.options, cache_dir=False, isolate_compile=False
                 )
-                compiler.reads_in_process = True  # this process is the isolation
+                compiler.bytecode.in_process = True  # this process is the isolation
             except Exception as exc:
                 _reply(replies, _FATAL, _describe(exc))
                 os._exit(1)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,6 +24,7 @@ from ..runtime.device import Device
 from ..runtime.errors import NotFoundError, PjrtError, SerializationError, UnsupportedError
 from ..runtime.plugin import address
 from . import diagnostics, form, serialization
+from .bytecode_reader import BytecodeReader
 from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
 from .compile_options import options_for_program, program_bytes
 from .compiled import CompiledProgram
@@ -34,7 +34,7 @@ from .dynamic import DynamicExecutable, dynamic_signature
 from .executable import Executable
 from .isolate import IsolatedCompiler, env_default
 from .mlir_checks import check_program
-from .mlir_text import bytecode_to_text, can_read_bytecode, find_main, main_signature
+from .mlir_text import find_main, main_signature
 from .placement import check_compile_options
 from .signature import ArgSpec
 
@@ -62,10 +62,6 @@ class Compiler:
         isolate_compile: bool | None = None,
     ) -> None:
         self.cache = MemoryCache()
-        # Bytecode compiled lately -> its text, or None where it cannot be
-        # read: a compile of the same bytes (a cache hit) reads it once.
-        self._bytecode_texts: OrderedDict[bytes, str | None] = OrderedDict()
-        self.reads_in_process = False  # True in the helper process, which reads for us
         if cache_dir is None:
             cache_dir = os.environ.get(ENV_DIR) or False
         if cache_dir is True:
@@ -80,6 +76,7 @@ class Compiler:
             raise TypeError(f"isolate_compile must be a bool, got {isolate_compile!r}")
         self.isolate = isolate_compile
         self.helper = IsolatedCompiler(plugin_path, options)
+        self.bytecode = BytecodeReader(self.helper)  # bytecode's text, read in the helper
 
     def compile(
         self,
@@ -109,7 +106,7 @@ class Compiler:
         elif not isinstance(isolate, bool):
             raise TypeError(f"isolate must be True, False or None, got {isolate!r}")
         if isinstance(program, bytes):
-            program, isolate = self._bytecode_plan(client, program, isolate)
+            program, isolate = self.bytecode.plan(client, program, isolate)
         if isinstance(program, str) and "?" in program and dynamic_signature(program):
             # Dynamic dimensions: compiled per call's shapes (pjrt_py.dynamic).
             return DynamicExecutable(  # type: ignore[return-value]
@@ -139,7 +136,7 @@ class Compiler:
                 device=None if device is None else client._target(device).id,
                 device_ids=[d.id for d in client.devices],
                 debug_options=debug_options,
-                read=self._bytecode_text,
+                read=self.bytecode.text,
             )
         elif not isinstance(compile_options, (bytes, bytearray)) or not compile_options:
             raise ValueError("compile_options must be non-empty serialized CompileOptionsProto")
@@ -182,48 +179,6 @@ class Compiler:
             exe._ordered = exe._blocked = True
         return exe
 
-    def _bytecode_plan(
-        self, client: RuntimeClient, program: bytes, isolate: bool
-    ) -> tuple[str | bytes, bool]:
-        """What to compile for bytecode ``program``, and whether in isolation.
-
-        Damaged bytecode crashes or hangs MLIR's reader, jax's and the
-        plugins' alike (one flipped byte is enough), so no bytecode is
-        parsed in this process: with jax installed, the helper process reads
-        it as text, and the text is compiled (checked like any text, and
-        read by the plugin from pjrt_py's own serialization). Bytecode jax
-        cannot read (a newer StableHLO than jaxlib's, or damage) is compiled
-        in the helper: the plugin's own verdict, out of process, except for
-        a client of several processes, which no helper can join. Without
-        jax the bytes go to the plugin as they are (``docs/reliability.md``).
-        """
-        text = self._bytecode_text(program)
-        if text is not None:
-            return text, isolate
-        if can_read_bytecode() and not client._spans_processes:
-            return program, True
-        return program, isolate
-
-    def _bytecode_text(self, program: bytes) -> str | None:
-        """The text of bytecode ``program`` (``mlir_text.bytecode_to_text``),
-        or None: read once per program, in the helper process (see
-        ``_bytecode_plan``) unless this compiler is the helper's own."""
-        texts = self._bytecode_texts
-        try:  # another thread may drop it in between: then it is read again
-            texts.move_to_end(program)
-            return texts[program]
-        except KeyError:
-            pass
-        if self.reads_in_process or not can_read_bytecode():
-            text = bytecode_to_text(program)
-        else:
-            text = self.helper.read_bytecode(program)
-        texts[program] = text
-        while len(texts) > 16:
-            with contextlib.suppress(KeyError):  # a thread beside this one popped it
-                texts.popitem(last=False)
-        return text
-
     def _device_id(self, client: RuntimeClient, device: int | Device) -> int:
         return client._target(device).id if isinstance(device, Device) else device
 
@@ -240,7 +195,7 @@ class Compiler:
         ``isolate``: in the compile helper process, loading what it serialized."""
         # What the plugin could crash on is refused first (see mlir_text);
         # bytecode is read through jax's MLIR bindings where installed.
-        text = program if isinstance(program, str) else self._bytecode_text(program)
+        text = program if isinstance(program, str) else self.bytecode.text(program)
         if text is not None:
             check_program(text)
             if find_main(text) is None:  # the plugin would print the module in generic form
