@@ -13,9 +13,9 @@ artifact; the plugins themselves report such bytecode as an error).
 ``text_is_utf8`` walks the bytecode's structure (MLIR's ``BytecodeFormat``)
 far enough to find every place such text lives: the producer, the string
 section, and the attributes and types stored as assembly text. Bytecode
-whose structure cannot be followed, or whose text is not UTF-8, is not
-read in-process; it goes to the plugin as it is, which reports what is
-wrong with it (as it does where jax is not installed).
+whose structure cannot be followed, or whose text is not UTF-8, is not read
+with jax's bindings; the compile helper then hands it to the plugin as it
+is, which reports what is wrong with it (``bytecode_reader``).
 """
 
 from __future__ import annotations
@@ -119,6 +119,19 @@ def _check_assembly_entries(data: bytes, sections: dict[int, tuple[int, int]]) -
                 _utf8(entry.rstrip(b"\0"))
 
 
+def producer(code: bytes) -> bytes | None:
+    """The producer string of bytecode ``code`` (``b"StableHLO_v1.16.1"``),
+    or None if ``code`` is not bytecode or has none."""
+    if code[:4] != MAGIC:
+        return None
+    try:
+        reader = _Reader(code, 4)
+        reader.varint()  # the bytecode version
+        return reader.cstring()
+    except _Malformed:
+        return None
+
+
 def text_is_utf8(code: bytes) -> bool:
     """Whether ``code`` is bytecode whose structure can be followed and all
     of whose text (producer, strings, assembly-format entries) is UTF-8."""
@@ -137,4 +150,4 @@ def text_is_utf8(code: bytes) -> bool:
     return True
 
 
-__all__ = ["text_is_utf8"]
+__all__ = ["MAGIC", "producer", "text_is_utf8"]

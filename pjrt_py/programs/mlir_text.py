@@ -16,6 +16,7 @@ the same offsets. Bracket depth is one numpy pass over the clean copy.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
 from typing import Any, NamedTuple
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from ..runtime.dtypes import MLIR_NAMES
 from .mlir_bytecode import MAGIC as BYTECODE_MAGIC
-from .mlir_bytecode import text_is_utf8
+from .mlir_bytecode import producer, text_is_utf8
 from .mlir_lexer import Lexed, lex
 from .signature import ArgSpec
 
@@ -308,13 +309,10 @@ def is_bytecode(code: bytes | bytearray) -> bool:
 
 @functools.cache
 def can_read_bytecode() -> bool:
-    """Whether jax's MLIR bindings, which ``bytecode_to_text`` reads with, import."""
-    try:
-        from jax._src.interpreters import mlir  # noqa: F401, PLC0415 - jax is optional
-        from jaxlib.mlir.dialects import stablehlo  # noqa: F401, PLC0415
-    except ImportError:
-        return False
-    return True
+    """Whether jax and jaxlib, whose MLIR bindings ``bytecode_to_text`` reads
+    with, are installed: found, not imported (the helper process imports
+    them to read; this process need not)."""
+    return all(importlib.util.find_spec(name) is not None for name in ("jax", "jaxlib"))
 
 
 def bytecode_to_text(code: bytes) -> str | None:
@@ -346,7 +344,6 @@ def bytecode_to_text(code: bytes) -> str | None:
 def is_portable_artifact(code: bytes) -> bool:
     """Whether ``code`` is a portable StableHLO artifact (what jax exports and
     ``serialize_portable_artifact`` writes): bytecode of VHLO ops, whose
-    producer, the string after the magic and the version byte, names
-    ``StableHLO_v``. Parsed as plain bytecode its ops are ``vhlo.*``, with no
-    ``func.func @main``."""
-    return is_bytecode(code) and code[5:16] == b"StableHLO_v"
+    producer names ``StableHLO_v``. Parsed as plain bytecode its ops are
+    ``vhlo.*``, with no ``func.func @main``."""
+    return (producer(code) or b"").startswith(b"StableHLO_v")
