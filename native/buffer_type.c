@@ -81,12 +81,23 @@ static PyObject* buffer_to_numpy(BufferObject* b, PyObject* unused) {
   return buffer_copy_out(b, (size_t)-1, 1);
 }
 
+static PyObject* hook_host_view; /* (buffer, dtype) -> a read-only view, or ValueError */
+
+/* numpy's conversion. copy=False (numpy 2) means a view or ValueError, never a
+ * silent copy: the view is pjrt_py.interop.dlpack.host_view's. */
 static PyObject* buffer_array(BufferObject* b, PyObject* args, PyObject* kwargs) {
   static char* names[] = {"dtype", "copy", NULL};
   PyObject* dtype = Py_None;
   PyObject* copy = Py_None;
   if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:__array__", names, &dtype, &copy))
     return NULL;
+  if (copy == Py_False) {
+    if (hook_host_view == NULL) {
+      PyErr_SetString(PyExc_TypeError, "pjrt_py.interop.dlpack is not initialised");
+      return NULL;
+    }
+    return PyObject_CallFunctionObjArgs(hook_host_view, (PyObject*)b, dtype, NULL);
+  }
   PyObject* array = buffer_to_numpy(b, NULL);
   if (array == NULL || dtype == Py_None) return array;
   PyObject* astype = PyObject_GetAttrString(array, "astype");

@@ -53,36 +53,23 @@
 static PyObject* hook_await = NULL;
 static PyObject* hook_callback_error = NULL;
 
-/* set_hooks(await_, callback_error, unpickle): Python functions the types
- * call for what is better said in Python (see pjrt_py.runtime.promise / .buffer). */
+/* set_hooks(await_=, callback_error=, unpickle=, dlpack=, dlpack_device=, host_view=):
+ * Python functions the types call for what is better said in Python (see
+ * pjrt_py.runtime.promise / .buffer, pjrt_py.interop.dlpack). */
 static PyObject* core_set_hooks(PyObject* self, PyObject* args, PyObject* kwargs) {
   (void)self;
-  static char* names[] = {"await_", "callback_error", "unpickle", "dlpack", "dlpack_device",
-                          NULL};
-  PyObject *await_ = NULL, *callback_error = NULL, *unpickle = NULL, *dlpack = NULL,
-           *dlpack_device = NULL;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOO:set_hooks", names, &await_,
-                                   &callback_error, &unpickle, &dlpack, &dlpack_device))
+  static char* names[] = {"await_",        "callback_error", "unpickle", "dlpack",
+                          "dlpack_device", "host_view",      NULL};
+  PyObject** hooks[] = {&hook_await,   &hook_callback_error, &hook_unpickle,
+                        &hook_dlpack, &hook_dlpack_device,  &hook_host_view};
+  PyObject* given[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$OOOOOO:set_hooks", names, &given[0],
+                                   &given[1], &given[2], &given[3], &given[4], &given[5]))
     return NULL;
-  if (dlpack != NULL) {
-    Py_INCREF(dlpack);
-    PJRT_PY_SETREF(hook_dlpack, dlpack);
-  }
-  if (dlpack_device != NULL) {
-    Py_INCREF(dlpack_device);
-    PJRT_PY_SETREF(hook_dlpack_device, dlpack_device);
-  }
-  if (await_ != NULL) {
-    Py_INCREF(await_);
-    PJRT_PY_SETREF(hook_await, await_);
-  }
-  if (callback_error != NULL) {
-    Py_INCREF(callback_error);
-    PJRT_PY_SETREF(hook_callback_error, callback_error);
-  }
-  if (unpickle != NULL) {
-    Py_INCREF(unpickle);
-    PJRT_PY_SETREF(hook_unpickle, unpickle);
+  for (int i = 0; i < 6; ++i) {
+    if (given[i] == NULL) continue;
+    Py_INCREF(given[i]);
+    PJRT_PY_SETREF(*hooks[i], given[i]);
   }
   Py_RETURN_NONE;
 }

@@ -109,6 +109,36 @@ static PyObject* promise_base_new(PyTypeObject* type, PyObject* args, PyObject* 
   return NULL;
 }
 
+/* __array__(dtype=None, copy=None): numpy's conversion waits for the work, as it
+ * does for a jax.Array, then converts the value as the value itself does (a
+ * Buffer's rules, or the numpy array's). Without this, numpy would read a
+ * promise of buffers as a sequence of promises, nested without end. */
+static PyObject* promise_array(PromiseObject* p, PyObject* args, PyObject* kwargs) {
+  PyObject* value = promise_value_impl(p, -1);
+  if (value == NULL) return NULL;
+  PyObject* out = NULL;
+  if (Py_TYPE(value) == BufferType || PyArray_Check(value)) {
+    PyObject* convert = PyObject_GetAttrString(value, "__array__");
+    out = convert ? PyObject_Call(convert, args, kwargs) : NULL;
+    Py_XDECREF(convert);
+  } else if (PyTuple_Check(value)) {
+    PyErr_Format(PyExc_TypeError,
+                 "this promise holds %zd buffers, not one array: convert one, "
+                 "np.asarray(promise[i])",
+                 PyTuple_Size(value));
+  } else if (value == Py_None) {
+    PyErr_SetString(PyExc_TypeError, "this promise is of a program with no outputs");
+  } else {
+    PyObject* name = type_name(value);
+    if (name != NULL) {
+      PyErr_Format(PyExc_TypeError, "a promise of %U is not an array", name);
+      Py_DECREF(name);
+    }
+  }
+  Py_DECREF(value);
+  return out;
+}
+
 static PyMethodDef promise_methods[] = {
     {"value", (PyCFunction)(void (*)(void))promise_value, METH_FASTCALL | METH_KEYWORDS,
      "value($self, /, timeout=None)\n--\n\n"
@@ -143,6 +173,9 @@ static PyMethodDef promise_methods[] = {
      "(logger 'pjrt_py') and never stops the other callbacks.\n\n"
      "Parameters\n----------\nfn : callable\n    Called with this promise.\n\n"
      "Raises\n------\nTypeError\n    If fn is not callable."},
+    {"__array__", (PyCFunction)(void (*)(void))promise_array, METH_VARARGS | METH_KEYWORDS,
+     "__array__($self, /, dtype=None, copy=None)\n--\n\n"
+     "numpy's conversion: wait for the work, then convert its array or single Buffer."},
     {"__copy__", (PyCFunction)promise_no_copy, METH_NOARGS, NULL},
     {"__deepcopy__", (PyCFunction)promise_no_copy, METH_O, NULL},
     {"__reduce__", (PyCFunction)promise_no_copy, METH_NOARGS, NULL},

@@ -163,6 +163,37 @@ def export(
     return buffer._dlpack(code[0], code[1], own[0], own[1], versioned, flags, ordered)
 
 
+def host_view(buffer: Buffer, dtype: Any = None) -> np.ndarray[Any, Any]:
+    """``np.asarray(buffer, copy=False)``: a read-only view of the buffer's memory.
+
+    numpy 2's ``copy=False`` means a view or ``ValueError``, never a silent
+    copy (``jax.Array`` behaves the same on CPU). The view is lent like any
+    DLPack export: it waits for the data, and ``delete()`` frees the memory
+    only when the view is gone. Memory the host cannot read in place (a GPU's),
+    a layout that is not dense row-major, and a ``dtype`` other than the
+    buffer's all need a copy, so they are a ``ValueError``; ``np.asarray``
+    without ``copy=False`` makes that copy.
+    """
+    own = buffer.dtype
+    if dtype is not None and np.dtype(dtype) != own:
+        raise ValueError(
+            f"a {own} buffer cannot be viewed as {np.dtype(dtype)} without a copy "
+            "(copy=False); np.asarray(buffer, dtype) copies"
+        )
+    try:
+        kind = dlpack_device(buffer)[0]
+        if kind not in HOST_DEVICES:
+            raise BufferError(f"its memory is on a device (DLPack device type {kind})")
+        capsule = export(buffer, max_version=VERSION, copy=False)
+    except (BufferError, TypeError) as e:
+        raise ValueError(
+            f"this buffer cannot be viewed without a copy (copy=False): {e}; "
+            "np.asarray(buffer) copies"
+        ) from e
+    view: np.ndarray[Any, Any] = _core.dlpack_unpack(capsule).as_array(own)
+    return view
+
+
 def consumer_stream(kind: int, stream: int | None) -> int:
     """The stream a consumer of device memory named, by the array API's rules.
 
@@ -233,8 +264,15 @@ def numpy_dtype(tensor: Any, source: str) -> np.dtype[Any]:
     return dtype
 
 
-_core.set_hooks(dlpack=export, dlpack_device=dlpack_device)
+_core.set_hooks(dlpack=export, dlpack_device=dlpack_device, host_view=host_view)
 # The dispatch fast path views foreign arguments itself (native/foreign.c).
 _core.set_dlpack_codes([(pjrt_type(d), code, bits) for d, (code, bits) in TO_DLPACK.items()])
 
-__all__ = ["consumer_stream", "dlpack_device", "dlpack_type_name", "export", "numpy_dtype"]
+__all__ = [
+    "consumer_stream",
+    "dlpack_device",
+    "dlpack_type_name",
+    "export",
+    "host_view",
+    "numpy_dtype",
+]
