@@ -278,6 +278,33 @@ static PyObject* buffer_promise_to_numpy(PromiseObject* p, PyObject* unused) {
   return out;
 }
 
+/* __dlpack__ / __dlpack_device__ of the single buffer, without a host wait:
+ * the export orders the consumer after the work (the stream protocol on a GPU,
+ * a wait on the host otherwise), as for a Buffer. */
+static PyObject* buffer_promise_call_buffer(PromiseObject* p, const char* method, PyObject* args,
+                                            PyObject* kwargs) {
+  PyObject* b = buffer_promise_buffer(p, NULL);
+  if (b == NULL) return NULL;
+  PyObject* bound = PyObject_GetAttrString(b, method);
+  Py_DECREF(b);
+  if (bound == NULL) return NULL;
+  PyObject* out = PyObject_Call(bound, args, kwargs);
+  Py_DECREF(bound);
+  return out;
+}
+
+static PyObject* buffer_promise_dlpack(PromiseObject* p, PyObject* args, PyObject* kwargs) {
+  return buffer_promise_call_buffer(p, "__dlpack__", args, kwargs);
+}
+
+static PyObject* buffer_promise_dlpack_device(PromiseObject* p, PyObject* unused) {
+  (void)unused;
+  PyObject* none = PyTuple_New(0);
+  PyObject* out = none ? buffer_promise_call_buffer(p, "__dlpack_device__", none, NULL) : NULL;
+  Py_XDECREF(none);
+  return out;
+}
+
 static Py_ssize_t buffer_promise_len(PromiseObject* p) {
   return p->failed ? p->arity : promise_visible(p);
 }
@@ -319,6 +346,12 @@ static PyMethodDef buffer_promise_methods[] = {
      "Chain a device-to-host copy after the work, at once.\n\n"
      "Returns\n-------\nArrayPromise\n    The single buffer's data as a numpy array, once copied.\n\n"
      "Raises\n------\nValueError\n    If the promise holds several buffers."},
+    {"__dlpack__", (PyCFunction)(void (*)(void))buffer_promise_dlpack,
+     METH_VARARGS | METH_KEYWORDS,
+     "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+     "The single buffer's DLPack export (Buffer.__dlpack__), ordered after the work."},
+    {"__dlpack_device__", (PyCFunction)buffer_promise_dlpack_device, METH_NOARGS,
+     "__dlpack_device__($self, /)\n--\n\nThe single buffer's (device type, device id)."},
     {"to_numpy", (PyCFunction)buffer_promise_to_numpy, METH_NOARGS,
      "to_numpy($self, /)\n--\n\n"
      "Wait for the work and copy the single buffer to a new numpy array.\n\n"

@@ -201,7 +201,21 @@ def test_an_array_promise_gives_its_own_array(client: pjrt_py.Client) -> None:
         np.asarray(promise, dtype=np.int32, copy=False)
 
 
-def test_frameworks_convert_a_promise(client: pjrt_py.Client) -> None:
+def test_jax_converts_a_promise(client: pjrt_py.Client) -> None:
     jnp = pytest.importorskip("jax.numpy")
     promise = client.buffer_async(X)
     np.testing.assert_array_equal(np.asarray(jnp.asarray(promise)), X)
+
+
+@pytest.mark.needs_torch
+def test_a_promise_is_a_dlpack_producer_without_a_host_wait(client: pjrt_py.Client) -> None:
+    import torch  # noqa: PLC0415
+
+    promise = slow_work(client, 0.2)()
+    expected = slow_work(client, 0.2)().to_numpy()
+    assert promise.__dlpack_device__() == promise.buffer().__dlpack_device__()
+    tensor = torch.from_dlpack(promise)  # ordered after the work, as for a Buffer
+    np.testing.assert_array_equal(tensor.numpy(), expected)
+    several = client.compile(TWO_OUTPUTS).execute_async(np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="holds 2 buffers"):
+        several.__dlpack__()
