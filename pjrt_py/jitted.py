@@ -49,7 +49,9 @@ def _jax() -> Any:
     return _JAX
 
 
-_Entry = tuple[Executable, Any, bool, tuple[bool, ...]]
+# (executable, output structure, whether it is one array, which outputs jax
+# returns weakly typed, each output's PRNG key dtype or None (() if none is))
+_Entry = tuple[Executable, Any, bool, tuple[bool, ...], tuple[Any, ...]]
 
 
 class Jitted:
@@ -108,8 +110,7 @@ class Jitted:
         self.static_argnames = tuple(sorted(set(names)))
         self._client = client
         self._convert = convert  # applied to each output (jit's out=)
-        # signature -> (executable, output structure, whether it is one array,
-        # which outputs jax returns weakly typed)
+        # signature -> _Entry
         self._cache: dict[Any, _Entry] = {}
         self._flat: dict[Any, _Entry] = {}  # all-Buffer calls, by (context, metadata)
         self._lock = threading.Lock()
@@ -159,6 +160,9 @@ class Jitted:
             elif t is BufferPromise:
                 leaves[i] = buf = x.buffer()
                 specs.append(buf._metadata())
+            elif _jax_types.is_key(x):  # typed PRNG keys: the program takes their data
+                leaves[i] = Foreign(_jax().random.key_data(x), self.client)
+                specs.append((x.shape, x.dtype))
             elif is_foreign(x):  # jax, torch, ...: taken through DLPack
                 weak = _jax_types.is_weak(x)  # traced weak, as jax traces it
                 foreign = Foreign(x, self.client)
@@ -197,7 +201,8 @@ class Jitted:
                     lowered = self._lower(call)
                     out_tree = lowered.out_tree
                     single = out_tree == _jax().tree_util.tree_structure(0)
-                    entry = (lowered.compile(), out_tree, single, lowered.weak_outputs)
+                    compiled = lowered.compile()
+                    entry = (compiled, out_tree, single, lowered.weak_outputs, lowered.key_outputs)
                     self._cache[key] = entry
         leaves = call.leaves
         if not kwargs and all(type(a) is Buffer for a in args) and len(leaves) == len(args):
@@ -240,6 +245,7 @@ class Jitted:
         names = self._arg_names(call.dyn, call.dyn_kw)
         result = Lowered(self.client, text, call.treedef, lowered.out_tree, names, routes, ordered)
         result.weak_outputs = _jax_types.weak_outputs(lowered)
+        result.key_outputs = _jax_types.key_outputs(lowered)
         return result
 
     def _lower_for_client(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -324,13 +330,24 @@ class Jitted:
 
     def _outputs(self, entry: _Entry, buffers: Sequence[Any]) -> Any:
         """The call's result: ``buffers`` converted (``out=``) in ``fn``'s structure."""
-        _, out_tree, single, weak = entry
+        _, out_tree, single, weak, keys = entry
         if self._convert is not None:
-            buffers = [self._convert(b) for b in buffers]
+            convert = self._convert
+            if keys:  # a key's data stays a Buffer until it is wrapped below
+                buffers = [
+                    convert(b) if k is None else b for b, k in zip(buffers, keys, strict=True)
+                ]
+            else:
+                buffers = [convert(b) for b in buffers]
             if self._convert is to_jax and any(weak):  # weak where jax's would be
                 buffers = [
                     _jax_types.as_weak(b) if w else b for b, w in zip(buffers, weak, strict=True)
                 ]
+        if keys:  # jax's key arrays, whatever out= says: no other type holds a key
+            buffers = [
+                b if k is None else _jax_types.wrap_key(to_jax(b), k)
+                for b, k in zip(buffers, keys, strict=True)
+            ]
         return buffers[0] if single else _unflatten(out_tree, buffers)
 
     def cache_size(self) -> int:

@@ -61,6 +61,7 @@ class Lowered:
         self.out_tree = out_tree  # structure of the outputs
         self.arg_names = names
         self.weak_outputs: tuple[bool, ...] = ()  # outputs jax returns weakly typed
+        self.key_outputs: tuple[Any, ...] = ()  # each output's PRNG key dtype, or None
 
     def as_text(self) -> str:
         """The StableHLO (MLIR text) handed to the compiler.

@@ -82,6 +82,43 @@ def weak_outputs(jax_lowered: Any) -> tuple[bool, ...]:
     return tuple(bool(getattr(a, "weak_type", False)) for a in avals)
 
 
+def is_key(x: Any) -> bool:
+    """Whether ``x`` is a jax array of typed PRNG keys (``jax.random.key``)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None or isinstance(dtype, np.dtype) or not type(x).__module__.startswith("jax"):
+        return False  # every array but jax's extended dtypes, at once
+    import jax
+
+    return bool(jax.numpy.issubdtype(dtype, jax.dtypes.prng_key))
+
+
+def key_outputs(jax_lowered: Any) -> tuple[Any, ...]:
+    """Per flat output, its PRNG key dtype, or None; () when no output is a key.
+
+    A program returns a key array as its data (``jax.random.key_data``'s
+    uint32 array); the dtype says how to wrap it again."""
+    import jax
+
+    try:
+        infos = jax.tree_util.tree_leaves(jax_lowered.out_info)
+    except AttributeError:  # a jax without out_info has no typed keys to return
+        return ()
+    keys = tuple(
+        i.dtype if jax.numpy.issubdtype(i.dtype, jax.dtypes.prng_key) else None for i in infos
+    )
+    return keys if any(k is not None for k in keys) else ()
+
+
+def wrap_key(data: Any, dtype: Any) -> Any:
+    """A jax key array of ``dtype`` over ``data`` (a jax.Array of its key data)."""
+    import jax
+
+    try:
+        return jax.random.wrap_key_data(data, dtype=dtype)
+    except TypeError:  # a jax whose wrap_key_data has no dtype=: the impl is the dtype's
+        return jax.random.wrap_key_data(data, impl=dtype)
+
+
 def as_weak(array: Any) -> Any:
     """``array`` (a jax.Array) marked weakly typed, sharing its memory."""
     from jax._src import core
