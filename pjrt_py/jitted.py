@@ -160,6 +160,9 @@ class Jitted:
             elif t is BufferPromise:
                 leaves[i] = buf = x.buffer()
                 specs.append(buf._metadata())
+            elif _jax_types.without_dlpack(x):  # int4 & co: no DLPack code, so a copy
+                leaves[i] = x = np.asarray(x)
+                specs.append((x.shape, x.dtype))
             elif _jax_types.is_key(x):  # typed PRNG keys: the program takes their data
                 leaves[i] = Foreign(_jax().random.key_data(x), self.client)
                 specs.append((x.shape, x.dtype))

@@ -8,7 +8,7 @@ from ..runtime.buffer import Buffer
 from ..runtime.errors import PjrtError
 from ..runtime.promise import BufferPromise
 from . import dlpack  # noqa: F401  (installs Buffer.__dlpack__)
-from .dlpack import CPU, dlpack_device
+from .dlpack import CPU, GPU_PLATFORM_OF, HOST_DEVICES, TO_DLPACK, dlpack_device
 
 
 def to_torch(x: Buffer | BufferPromise) -> Any:
@@ -64,7 +64,8 @@ def to_jax(x: Buffer | BufferPromise) -> Any:
     -------
     jax.Array
         The array; for a CPU buffer, on jax's CPU device and viewing the
-        buffer's memory (no copy).
+        buffer's memory (no copy). Sub-byte integers (int4, uint4, int2,
+        uint2), which DLPack has no codes for, are copied through the host.
 
     Raises
     ------
@@ -79,6 +80,8 @@ def to_jax(x: Buffer | BufferPromise) -> Any:
     import jax.numpy as jnp
 
     buffer = x.buffer() if isinstance(x, BufferPromise) else x
+    if buffer.dtype not in TO_DLPACK:  # int4 & co: DLPack has no code, so a copy
+        return jax.device_put(buffer.to_numpy(), _jax_device(buffer))
     fast = _jax_import()
     try:
         if fast is not None and dlpack_device(buffer)[0] == CPU:
@@ -92,6 +95,21 @@ def to_jax(x: Buffer | BufferPromise) -> Any:
         raise  # the work that made the buffer failed: its own error
     except (BufferError, RuntimeError) as e:
         raise TypeError(f"jax cannot take a {buffer.dtype} buffer through DLPack: {e}") from e
+
+
+def _jax_device(buffer: Buffer) -> Any:
+    """jax's device for the buffer's (jax's default where it has none such)."""
+    import jax
+
+    kind, index = dlpack_device(buffer)
+    if kind in HOST_DEVICES:
+        return _jax_cpu()
+    platform = GPU_PLATFORM_OF.get(kind)
+    try:
+        found = [d for d in jax.devices(platform) if d.local_hardware_id == index]
+    except RuntimeError:  # jax has no backend of that platform
+        found = []
+    return found[0] if found else None
 
 
 _JAX_IMPORT: list[Any] = []

@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime.dtypes import TO_PJRT
+from .dlpack import TO_DLPACK
+
 _trace_context: Any = None
 
 
@@ -90,6 +93,19 @@ def is_key(x: Any) -> bool:
     import jax
 
     return bool(jax.numpy.issubdtype(dtype, jax.dtypes.prng_key))
+
+
+def without_dlpack(x: Any) -> bool:
+    """Whether ``x`` is a jax array of a dtype pjrt_py moves but DLPack has no
+    code for (int4, uint4, int2, uint2): jax's ``__dlpack__`` refuses it, so it
+    is taken through numpy, a copy."""
+    dtype = getattr(x, "dtype", None)
+    return (
+        isinstance(dtype, np.dtype)
+        and dtype in TO_PJRT
+        and dtype not in TO_DLPACK
+        and type(x).__module__.startswith("jax")
+    )
 
 
 def key_outputs(jax_lowered: Any) -> tuple[Any, ...]:

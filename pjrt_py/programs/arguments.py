@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ..interop import foreign
+from ..interop import foreign, jax_types
 from ..runtime.buffer import Buffer
 from ..runtime.errors import PjrtError
 from ..runtime.promise import BufferPromise
@@ -67,6 +67,8 @@ def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
         return np.asarray(arg)
     if isinstance(arg, foreign.Foreign):  # taken by pjrt_py.jit
         return arg
+    if jax_types.without_dlpack(arg):  # int4 & co: no DLPack code, so a copy
+        return np.asarray(arg)
     if foreign.is_foreign(arg):
         try:
             return foreign.Foreign(arg, exe.client)  # type: ignore[arg-type]

@@ -26,7 +26,7 @@ from .. import _core
 from .._core import Buffer
 from .capi import lib
 from .device import resolve
-from .dtypes import pjrt_type
+from .dtypes import PACKED, pjrt_type
 from .errors import UnsupportedError
 from .promise import BufferPromise
 
@@ -122,6 +122,7 @@ def host_to_device(
     elif (
         array.nbytes >= STAGED_COPY_BYTES
         and client._cpu_fast_paths
+        and dtype not in PACKED  # the plugin packs a copy of its own
         and not (memory is None and _core.staging_wanted(client, array.nbytes))
     ):
         array, semantics, held = _staged(array), _ZERO_COPY, _ALIAS_OF_OURS
@@ -170,6 +171,11 @@ def _check_zero_copy(client: _Client, array: np.ndarray[Any, Any]) -> None:
         raise ValueError(f"zero_copy is only available on CPU, not {client.platform_name!r}")
     if not array.flags.c_contiguous:
         raise ValueError("zero_copy needs a C-contiguous array")
+    if array.dtype in PACKED:
+        raise ValueError(
+            f"zero_copy cannot alias a {array.dtype} array: the device packs {array.dtype}, "
+            "numpy stores one per byte; use copy semantics"
+        )
     address = array.__array_interface__["data"][0]
     if address % ZERO_COPY_ALIGNMENT:
         raise ValueError(

@@ -10,8 +10,17 @@ import numpy as np
 from .. import _core
 from .capi import lib
 
-# Every dtype pjrt_py moves between host and device. Sub-byte types (int4,
-# float4) are left out: numpy stores them one per byte, PJRT packs them.
+# Every dtype pjrt_py moves between host and device.
+#
+# Sub-byte integers (int4, uint4, int2, uint2): numpy (ml_dtypes) stores one
+# element per byte; the plugins pack them on the device and take and give
+# them unpacked on the host (BufferFromHostBuffer / ToHostBuffer), which every
+# CPU build does right (tests/test_subbyte.py). pjrt_py's own direct copies
+# (host reads, staging) apply only where the on-device size equals numpy's,
+# so a packed buffer always goes through the plugin. DLPack has no codes for
+# them, and host callbacks refuse them (XLA's FFI hands the packed bytes).
+# float4_e2m1fn is left out: the PJRT header pjrt_py builds against has no
+# type for it.
 _PAIRS: list[tuple[np.dtype[np.generic], int]] = [
     (np.dtype(np.bool_), lib.PJRT_Buffer_Type_PRED),
     (np.dtype(np.int8), lib.PJRT_Buffer_Type_S8),
@@ -36,9 +45,21 @@ _PAIRS: list[tuple[np.dtype[np.generic], int]] = [
     (np.dtype(ml_dtypes.float8_e4m3), lib.PJRT_Buffer_Type_F8E4M3),
     (np.dtype(ml_dtypes.float8_e3m4), lib.PJRT_Buffer_Type_F8E3M4),
     (np.dtype(ml_dtypes.float8_e8m0fnu), lib.PJRT_Buffer_Type_F8E8M0FNU),
+    (np.dtype(ml_dtypes.int4), lib.PJRT_Buffer_Type_S4),
+    (np.dtype(ml_dtypes.uint4), lib.PJRT_Buffer_Type_U4),
 ]
+if hasattr(ml_dtypes, "int2"):  # ml_dtypes 0.5 and later
+    _PAIRS += [
+        (np.dtype(ml_dtypes.int2), lib.PJRT_Buffer_Type_S2),
+        (np.dtype(ml_dtypes.uint2), lib.PJRT_Buffer_Type_U2),
+    ]
 
 _core.set_dtypes(_PAIRS)  # the native core's copy of this table
+
+# Packed on the device: no device buffer can alias a numpy array of these.
+PACKED: frozenset[np.dtype[np.generic]] = frozenset(
+    dt for dt, _ in _PAIRS if dt.name in ("int4", "uint4", "int2", "uint2")
+)
 
 TO_PJRT: dict[np.dtype[np.generic], int] = dict(_PAIRS)
 FROM_PJRT: dict[int, np.dtype[np.generic]] = {code: dt for dt, code in _PAIRS}
@@ -69,7 +90,11 @@ MLIR_NAMES: dict[str, np.dtype[np.generic]] = {
     "f8E4M3": np.dtype(ml_dtypes.float8_e4m3),
     "f8E3M4": np.dtype(ml_dtypes.float8_e3m4),
     "f8E8M0FNU": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "i4": np.dtype(ml_dtypes.int4),
+    "ui4": np.dtype(ml_dtypes.uint4),
 }
+if hasattr(ml_dtypes, "int2"):
+    MLIR_NAMES.update({"i2": np.dtype(ml_dtypes.int2), "ui2": np.dtype(ml_dtypes.uint2)})
 
 
 def pjrt_type(dtype: np.dtype[np.generic]) -> int:

@@ -1,0 +1,146 @@
+"""Sub-byte integers: int4, uint4, int2, uint2 (ml_dtypes), as jax has them.
+
+numpy stores one element per byte; the plugins pack them on the device and
+take and give them unpacked on the host. pjrt_py's own direct copies apply
+only where the device's size is numpy's, so these always go through the
+plugin (pjrt_py.runtime.dtypes). Before this, every path refused them with
+"dtype int4 is not supported", and a jax int4 array as an argument failed
+inside jax's DLPack export. These run on each build of the plugin matrix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pjrt_py
+from pjrt_py.runtime.dtypes import PACKED
+
+# (dtype, MLIR element type, lowest, highest + 1)
+KINDS = [
+    (ml_dtypes.int4, "i4", -8, 8),
+    (ml_dtypes.uint4, "ui4", 0, 16),
+]
+if hasattr(ml_dtypes, "int2"):
+    KINDS += [(ml_dtypes.int2, "i2", -2, 2), (ml_dtypes.uint2, "ui2", 0, 4)]
+IDS = [np.dtype(k[0]).name for k in KINDS]
+
+
+def values(kind: tuple[Any, str, int, int], n: int) -> np.ndarray[Any, Any]:
+    dtype, _, lo, hi = kind
+    return (np.arange(n) % (hi - lo) + lo).astype(dtype)
+
+
+def as_int(a: Any) -> np.ndarray[Any, Any]:
+    return np.asarray(a).astype(np.int32)
+
+
+def test_the_packed_types_are_known() -> None:
+    assert {np.dtype(k[0]) for k in KINDS} == PACKED
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 33, 4097])
+@pytest.mark.parametrize("kind", KINDS, ids=IDS)
+def test_round_trips_through_every_transfer(
+    client: pjrt_py.Client, kind: tuple[Any, str, int, int], n: int
+) -> None:
+    a = values(kind, n)
+    buf = client.buffer(a)
+    assert buf.dtype == a.dtype and buf.shape == (n,)
+    for back in (buf.to_numpy(), buf.to_numpy_async().value(), np.asarray(buf)):
+        assert back.dtype == a.dtype
+        np.testing.assert_array_equal(as_int(back), as_int(a))
+    np.testing.assert_array_equal(as_int(client.buffer_async(a).to_numpy()), as_int(a))
+    odd = a.reshape(1, n)[:, ::-1]  # not C-contiguous
+    np.testing.assert_array_equal(as_int(client.buffer(odd).to_numpy()), as_int(odd))
+
+
+@pytest.mark.parametrize("kind", KINDS[:1], ids=IDS[:1])
+def test_a_large_array_takes_the_plugins_copy(
+    client: pjrt_py.Client, kind: tuple[Any, str, int, int]
+) -> None:
+    a = values(kind, 40 << 20)  # past the size pjrt_py copies into memory the plugin aliases
+    np.testing.assert_array_equal(client.buffer(a).to_numpy().view(np.uint8), a.view(np.uint8))
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=IDS)
+def test_programs_compute_on_them_as_numpy_does(
+    client: pjrt_py.Client, kind: tuple[Any, str, int, int]
+) -> None:
+    dtype, element, lo, hi = kind
+    t = f"tensor<16x{element}>"
+    add = client.compile(
+        f"func.func @main(%a: {t}, %b: {t}) -> {t} {{\n"
+        f"  %r = stablehlo.add %a, %b : {t}\n  return %r : {t}\n}}"
+    )
+    a, b = values(kind, 16), values(kind, 16)[::-1].copy()
+    wrapped = (as_int(a) + as_int(b) - lo) % (hi - lo) + lo  # two's-complement wrap
+    np.testing.assert_array_equal(as_int(add.execute(a, b).to_numpy()), wrapped)
+    widen = client.compile(
+        f"func.func @main(%a: {t}) -> tensor<16xi32> {{\n"
+        f"  %r = stablehlo.convert %a : ({t}) -> tensor<16xi32>\n  return %r : tensor<16xi32>\n}}"
+    )
+    np.testing.assert_array_equal(widen.execute(a).to_numpy(), as_int(a))
+    spec = add.input_signature[0]
+    assert spec.shape == (16,) and spec.dtype == np.dtype(dtype)
+    with pytest.raises(TypeError, match="compiled with"):
+        add.execute(as_int(a).astype(np.int8), b)
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=IDS)
+def test_jax_arrays_and_jit_give_jaxs_numbers(
+    client: pjrt_py.Client, kind: tuple[Any, str, int, int]
+) -> None:
+    jax = pytest.importorskip("jax", reason="compared with jax")
+    a = values(kind, 16)
+    j = jax.numpy.asarray(a)  # jax cannot export these through DLPack: taken via numpy
+
+    def fn(x: Any) -> Any:
+        return (x * 3, x.astype(jax.numpy.int32))
+
+    ours = pjrt_py.jit(fn)(j)
+    theirs = jax.jit(fn)(j)
+    for o, t in zip(ours, theirs, strict=True):
+        assert o.dtype == t.dtype
+        np.testing.assert_array_equal(as_int(o.to_numpy()), as_int(t))
+    np.testing.assert_array_equal(as_int(pjrt_py.jit(fn)(a)[0].to_numpy()), as_int(theirs[0]))
+    identity = client.compile(
+        f"func.func @main(%a: tensor<16x{kind[1]}>) -> tensor<16x{kind[1]}> {{\n"
+        f"  return %a : tensor<16x{kind[1]}>\n}}"
+    )
+    np.testing.assert_array_equal(as_int(identity.execute(j).to_numpy()), as_int(a))
+    back = pjrt_py.to_jax(client.buffer(a))  # a copy: DLPack has no code for them
+    assert back.dtype == a.dtype
+    np.testing.assert_array_equal(as_int(back), as_int(a))
+
+
+def test_what_cannot_hold_them_says_so(client: pjrt_py.Client) -> None:
+    a = values(KINDS[0], 128)
+    buf = client.buffer(a)
+    with pytest.raises(TypeError, match="no DLPack type code"):
+        buf.__dlpack__()
+    with pytest.raises(ValueError, match="without a copy"):
+        np.asarray(buf, copy=False)
+    aligned = pjrt_py.aligned_empty(a.shape, a.dtype)
+    aligned[:] = a
+    if client.platform_name == "cpu":
+        with pytest.raises(ValueError, match="packs int4"):
+            client.buffer(aligned, zero_copy=True)
+
+
+@pytest.mark.needs_host_callbacks
+def test_a_host_callback_refuses_them_and_the_execution_fails(client: pjrt_py.Client) -> None:
+    # XLA's FFI hands the packed bytes: read as one per byte they would be
+    # wrong, and twice as many as there are.
+    pjrt_py.register_callback("subbyte_identity", lambda x: x, client=client)
+    t = "tensor<8xi4>"
+    exe = client.compile(
+        f"func.func @main(%x: {t}) -> {t} {{\n"
+        f"  %0 = stablehlo.custom_call @subbyte_identity(%x) {{api_version = 4 : i32}}"
+        f" : ({t}) -> {t}\n  return %0 : {t}\n}}"
+    )
+    with pytest.raises(pjrt_py.PjrtError, match="element type 21, which has no numpy dtype"):
+        exe.execute(values(KINDS[0], 8)).to_numpy()
