@@ -38,6 +38,8 @@ def jit(
     static_argnames: str | Sequence[str] = (),
     client: Client | None = None,
     out: str | Callable[[Buffer], Any] = "buffer",
+    donate_argnums: int | Sequence[int] = (),
+    donate_argnames: str | Sequence[str] = (),
 ) -> Any:
     """Compile ``fn`` with JAX's tracer and run it on pjrt_py.
 
@@ -61,6 +63,12 @@ def jit(
         ``torch.Tensor``), both sharing the buffer's memory on CPU through
         DLPack, ``"numpy"`` (a copy), or any callable taking a Buffer. All but
         ``"buffer"`` wait for the result.
+    donate_argnums, donate_argnames : int/str or sequences of them
+        Arguments whose memory the program may reuse for its outputs, as in
+        ``jax.jit``: a Buffer passed there is dead after the call (using it
+        raises ``ValueError``). Arrays pjrt_py only views (another
+        framework's, zero-copy ones) are never donated: the program copies
+        them.
 
     Returns
     -------
@@ -85,8 +93,17 @@ def jit(
             static_argnames=static_argnames,
             client=client,
             out=out,
+            donate_argnums=donate_argnums,
+            donate_argnames=donate_argnames,
         )
-    return Jitted(fn, static_argnums, static_argnames, client, convert)
+    # Only what was given: jax infers names from numbers and back only for
+    # the one it is not handed (an explicit () turns that off).
+    donate = {
+        k: v
+        for k, v in (("donate_argnums", donate_argnums), ("donate_argnames", donate_argnames))
+        if not (isinstance(v, (tuple, list)) and not v)
+    }
+    return Jitted(fn, static_argnums, static_argnames, client, convert, donate)
 
 
 __all__ = ["Jitted", "jit"]

@@ -73,6 +73,9 @@ class Jitted:
     convert : callable, optional
         Applied to each output Buffer (``jit``'s ``out=``); None returns the
         Buffers.
+    donate : dict, optional
+        ``donate_argnums`` / ``donate_argnames``, handed to ``jax.jit``,
+        which marks the donated parameters in the program.
 
     Raises
     ------
@@ -89,6 +92,7 @@ class Jitted:
         static_argnames: str | Sequence[str],
         client: Client | None,
         convert: Callable[[Buffer], Any] | None = None,
+        donate: dict[str, Any] | None = None,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"jit expects a callable, got {type(fn).__name__}")
@@ -110,6 +114,7 @@ class Jitted:
         self.static_argnames = tuple(sorted(set(names)))
         self._client = client
         self._convert = convert  # applied to each output (jit's out=)
+        self._donate = dict(donate or {})  # jax.jit's donate_argnums / donate_argnames
         # signature -> _Entry
         self._cache: dict[Any, _Entry] = {}
         self._flat: dict[Any, _Entry] = {}  # all-Buffer calls, by (context, metadata)
@@ -222,6 +227,7 @@ class Jitted:
                 static_argnums=self.static_argnums,
                 static_argnames=self.static_argnames,
                 keep_unused=True,  # every flat argument stays a parameter of @main
+                **self._donate,
             )
         abstract = [
             x if type(x) in _SCALARS else _jax_types.abstract(spec)
