@@ -158,3 +158,35 @@ static PyObject* core_accounting(PyObject* self, PyObject* reset_arg) {
   }
   return out;
 }
+
+/* Buffer.on_device_size_in_bytes(): what the buffer takes on its device, as
+ * the plugin counts it (half of nbytes for packed int4; more where a layout
+ * pads or tiles). The GIL is released around the call, the buffer pinned. */
+static PyObject* buffer_on_device_size(BufferObject* b, PyObject* unused) {
+  (void)unused;
+  if (buffer_live(b) < 0) return NULL;
+  pjrt_py_client* c = b->c;
+  const PJRT_Api* api = c->api;
+  if (!PJRT_PY_HAS(api, PJRT_Buffer_OnDeviceSizeInBytes)) {
+    PyObject* code = PyLong_FromLong(12); /* UNIMPLEMENTED */
+    PyObject* type = code ? PyDict_GetItemWithError(g_errors_by_code, code) : NULL;
+    Py_XDECREF(code);
+    if (type != NULL)
+      PyErr_SetString(type, "the plugin has no PJRT_Buffer_OnDeviceSizeInBytes");
+    return NULL;
+  }
+  if (client_enter(c, "the buffer") < 0) return NULL;
+  if (buffer_pin(b) < 0) {
+    client_leave(c);
+    return NULL;
+  }
+  PJRT_Buffer_OnDeviceSizeInBytes_Args args = {0};
+  args.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE;
+  args.buffer = b->buf;
+  PJRT_Error* error;
+  Py_BEGIN_ALLOW_THREADS error = api->PJRT_Buffer_OnDeviceSizeInBytes(&args);
+  Py_END_ALLOW_THREADS buffer_unpin(b);
+  client_leave(c);
+  if (error != NULL) return raise_pjrt(api, error);
+  return PyLong_FromSize_t(args.on_device_size_in_bytes);
+}

@@ -303,6 +303,9 @@ static PyMethodDef buffer_methods[] = {
      "Returns\n-------\nArrayPromise\n    The array once the copy is done (value()).\n\n"
      "Raises\n------\nValueError\n    If the buffer was deleted or donated, or its client closed.\n"
      "TypeError\n    If its element type has no numpy dtype."},
+    {"on_device_size_in_bytes", (PyCFunction)buffer_on_device_size, METH_NOARGS,
+     "on_device_size_in_bytes($self, /)\n--\n\nBytes the buffer takes on its device, as the plugin "
+     "counts them\n(packed int4 takes half its nbytes).\n\nReturns\n-------\nint"},
     {"to_numpy", (PyCFunction)buffer_to_numpy, METH_NOARGS,
      "to_numpy($self, /)\n--\n\n"
      "Copy to a new numpy array, waiting for the data.\n\n"

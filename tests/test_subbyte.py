@@ -144,3 +144,22 @@ def test_a_host_callback_refuses_them_and_the_execution_fails(client: pjrt_py.Cl
     )
     with pytest.raises(pjrt_py.PjrtError, match="element type 21, which has no numpy dtype"):
         exe.execute(values(KINDS[0], 8)).to_numpy()
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=IDS)
+def test_the_device_size_is_packed_and_nbytes_is_numpys(
+    client: pjrt_py.Client, kind: tuple[Any, str, int, int]
+) -> None:
+    a = values(kind, 64)
+    buf = client.buffer(a)
+    assert buf.nbytes == a.nbytes == 64  # one byte per element, as numpy and jax count
+    bits = 4 if np.dtype(kind[0]).name.endswith("int4") else 2
+    assert buf.on_device_size_in_bytes() == 64 * bits // 8
+
+
+def test_on_device_size_of_an_ordinary_and_a_deleted_buffer(client: pjrt_py.Client) -> None:
+    buf = client.buffer(np.ones((3, 5), np.float64))
+    assert buf.on_device_size_in_bytes() == buf.nbytes == 120
+    buf.delete()
+    with pytest.raises(ValueError, match="deleted"):
+        buf.on_device_size_in_bytes()
