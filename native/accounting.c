@@ -44,7 +44,9 @@ typedef struct {
 
 static acct_meta g_acct_metas[PJRT_PY_ACCT_METAS];
 
-/* Shape times element size of an interned (shape, dtype); -1 if unreadable. */
+/* Bytes of an interned (shape, dtype) on the device: shape times element
+ * size, with sub-byte integers packed as the plugins hold them; -1 if
+ * unreadable. */
 static int64_t acct_meta_bytes(PyObject* meta) {
   uintptr_t h = (uintptr_t)meta;
   acct_meta* e = &g_acct_metas[((h >> 4) ^ (h >> 10)) & (PJRT_PY_ACCT_METAS - 1)];
@@ -56,8 +58,13 @@ static int64_t acct_meta_bytes(PyObject* meta) {
     PyErr_Clear();
     return -1;
   }
-  int64_t bytes = (int64_t)PyDataType_ELSIZE(descr);
+  int type = pjrt_type_of(descr);
+  int64_t bits = type == PJRT_Buffer_Type_S4 || type == PJRT_Buffer_Type_U4   ? 4
+                 : type == PJRT_Buffer_Type_S2 || type == PJRT_Buffer_Type_U2 ? 2
+                                                                              : 0;
+  int64_t bytes = bits ? bits : 8 * (int64_t)PyDataType_ELSIZE(descr);
   for (int i = 0; i < ndim; ++i) bytes *= (int64_t)dims[i];
+  bytes = (bytes + 7) / 8;
   Py_INCREF(meta);
   PJRT_PY_SETREF(e->meta, meta);
   e->bytes = bytes;

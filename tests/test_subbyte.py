@@ -163,3 +163,13 @@ def test_on_device_size_of_an_ordinary_and_a_deleted_buffer(client: pjrt_py.Clie
     buf.delete()
     with pytest.raises(ValueError, match="deleted"):
         buf.on_device_size_in_bytes()
+
+
+def test_memory_watch_counts_packed_bytes(client: pjrt_py.Client) -> None:
+    device = client.devices[0]
+    a = values(KINDS[0], 1 << 16)
+    with pjrt_py.memory_watch(device, source="pjrt_py") as watch:
+        buf = client.buffer(a, device)
+        device_bytes = buf.on_device_size_in_bytes()
+    assert device_bytes == a.nbytes // 2
+    assert watch[device].peak_increase == device_bytes
