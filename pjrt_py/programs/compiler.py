@@ -32,6 +32,7 @@ from .debug_options import DebugValue
 from .diagnostics import explain_compile_error
 from .dynamic import DynamicExecutable, dynamic_signature
 from .executable import Executable
+from .exported import exported_text, is_exported
 from .isolate import IsolatedCompiler, env_default
 from .mlir_checks import check_program
 from .mlir_text import find_main, main_signature
@@ -99,8 +100,13 @@ class Compiler:
         client._check_open()
         if isinstance(program, (bytearray, memoryview)):
             program = bytes(program)
+        if is_exported(program):  # jax.export's Exported: its program for this platform
+            program = exported_text(program, client.platform_name, self.bytecode.text)
         if not isinstance(program, (str, bytes)):
-            raise TypeError(f"program must be str (MLIR text) or bytes, got {type(program)}")
+            raise TypeError(
+                f"program must be str (MLIR text), bytes or a jax.export.Exported, "
+                f"got {type(program)}"
+            )
         if isolate is None:
             isolate = self.isolate
         elif not isinstance(isolate, bool):
