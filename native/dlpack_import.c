@@ -175,11 +175,26 @@ static PyType_Slot tensor_slots[] = {
 static PyType_Spec tensor_spec = {"pjrt_py._core.DLPackTensor", sizeof(TensorObject), 0,
                                   Py_TPFLAGS_DEFAULT, tensor_slots};
 
+/* Who releases a view's Tensor. PJRT calls on_delete_callback once the view's
+ * memory is done with; but a failed CreateViewOfDeviceBuffer may also call it
+ * during the call (XLA's GPU client wraps the pointer, callback included,
+ * before the steps that can fail) or never (its CPU client checks first).
+ * The state says which side drops the reference, exactly once. */
+enum { VIEW_PENDING, VIEW_OWNED, VIEW_ABANDONED, VIEW_FIRED };
+typedef struct {
+  TensorObject* tensor; /* a strong reference, until released */
+  int state;            /* atomic */
+} view_token;
+
 /* PJRT is done with a view's memory: the Tensor goes, and with it the producer's. */
 static void view_released(void* device_buffer_ptr, void* arg) {
   (void)device_buffer_ptr;
-  /* Exiting: the producer's memory outlives every reader. */
-  run_with_gil_unless_exiting(drop_reference, arg);
+  view_token* token = (view_token*)arg;
+  TensorObject* tensor = token->tensor;
+  int was = __atomic_exchange_n(&token->state, VIEW_FIRED, __ATOMIC_ACQ_REL);
+  if (was != VIEW_ABANDONED) /* Exiting: the producer's memory outlives every reader. */
+    run_with_gil_unless_exiting(drop_reference, tensor);
+  if (was != VIEW_PENDING) free(token); /* else the creating call frees it */
 }
 
 /* drain_releases(): run the queued releases now (tests). */
@@ -203,13 +218,23 @@ static BufferObject* tensor_view(PyObject* client, pjrt_py_client* c, TensorObje
   args.num_dims = (size_t)t->ndim;
   args.element_type = (PJRT_Buffer_Type)type;
   args.device = device;
+  view_token* token = (view_token*)malloc(sizeof(view_token));
+  if (token == NULL) return (BufferObject*)PyErr_NoMemory();
+  token->tensor = tensor;
+  token->state = VIEW_PENDING;
   args.on_delete_callback = view_released;
-  args.on_delete_callback_arg = tensor;
+  args.on_delete_callback_arg = token;
   args.stream = stream; /* where the producer made the data ready (GPU), or 0 */
-  Py_INCREF(tensor); /* dropped by view_released */
+  Py_INCREF(tensor); /* dropped once, by view_released or below (view_token) */
   PJRT_Error* error = c->api->PJRT_Client_CreateViewOfDeviceBuffer(&args);
+  int was = error != NULL
+                ? __atomic_exchange_n(&token->state, VIEW_ABANDONED, __ATOMIC_ACQ_REL)
+                : __sync_val_compare_and_swap(&token->state, VIEW_PENDING, VIEW_OWNED);
+  if (was == VIEW_FIRED) free(token); /* released during the call */
   if (error != NULL) {
-    Py_DECREF(tensor); /* no view: PJRT will not call back */
+    /* Not released yet: drop it here. Should PJRT call back later after all,
+     * view_released frees the token and drops nothing. */
+    if (was == VIEW_PENDING) Py_DECREF(tensor);
     return (BufferObject*)raise_pjrt(c->api, error);
   }
   BufferObject* b = buffer_wrap_uncounted(client, c, args.buffer, meta);

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import ctypes
 import gc
+from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import child_code, forwarding_plugin, run_python
 
 import pjrt_py
 
@@ -154,3 +156,55 @@ func.func @main(%x: tensor<16xf32>, %y: tensor<16xf32>) -> tensor<16xf32> {
   return %0 : tensor<16xf32>
 }
 """
+
+
+# XLA's GPU client wraps the pointer, callback included, before the steps of
+# CreateViewOfDeviceBuffer that can fail (an unknown stream, an event), so a
+# failed view runs on_delete_callback during the call. The CPU plugins check
+# first, so this shim does it their way round: call back, then fail (the
+# CPU client's own refusal of a stream is the error).
+VIEW_FAILS_AFTER_CALLBACK = """
+static PJRT_Error* (*real_view)(PJRT_Client_CreateViewOfDeviceBuffer_Args*);
+
+static PJRT_Error* view_fails(PJRT_Client_CreateViewOfDeviceBuffer_Args* args) {
+  args->on_delete_callback(args->device_buffer_ptr, args->on_delete_callback_arg);
+  args->stream = 1;
+  return real_view(args);
+}
+"""
+
+
+def test_a_view_whose_callback_runs_as_it_fails_is_released_once(
+    client: pjrt_py.Client, tmp_path: Path
+) -> None:
+    edit = (
+        "real_view = real->PJRT_Client_CreateViewOfDeviceBuffer;"
+        " api.PJRT_Client_CreateViewOfDeviceBuffer = view_fails;"
+    )
+    shim = forwarding_plugin(
+        tmp_path, "view_fails", client.plugin.path, edit, VIEW_FAILS_AFTER_CALLBACK
+    )
+    # Before, the reference was dropped by the callback and again by the error
+    # path: the producer's tensor was freed while pjrt_py still held it.
+    result = run_python(
+        child_code(
+            f"""
+            import gc, sys
+            sys.path.insert(0, {str(Path(__file__).parent)!r})
+            import pjrt_py
+            from test_dlpack_hostile import Producer
+            shim = pjrt_py.Client(pjrt_py.load_plugin({str(shim)!r}))
+            producers = [Producer((16,)) for _ in range(200)]
+            refused = 0
+            for p in producers:
+                try:
+                    shim.from_dlpack(p)
+                except pjrt_py.PjrtError:
+                    refused += 1
+            gc.collect()
+            print("refused", refused, "deleted", sorted({{p.deleted for p in producers}}))
+            """
+        )
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refused 200 deleted [1]" in result.stdout, result.stdout + result.stderr[-2000:]
