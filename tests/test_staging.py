@@ -33,9 +33,12 @@ from conftest import (
 
 import pjrt_py
 from pjrt_py.runtime import staging
+from pjrt_py.runtime.dtypes import PACKED
 
 CHUNK = 16 << 10  # 16 KiB: a 1 MiB array is 64 chunks through 3 slots
-ALL_DTYPES = [np.dtype(d) for d in pjrt_py.supported_dtypes]
+# Packed sub-byte types are never staged (their device size is not numpy's):
+# test_packed_types_take_the_plugins_copy.
+ALL_DTYPES = [np.dtype(d) for d in pjrt_py.supported_dtypes if d not in PACKED]
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +99,16 @@ def test_every_dtype_round_trips_bit_exactly(staged: pjrt_py.Client, dtype: np.d
     got = staged.buffer(x).to_numpy()
     same_bits(got, x)
     assert counts(staged) == (h2d + 1, d2h + 1)
+
+
+@pytest.mark.parametrize("dtype", sorted(PACKED, key=str), ids=str)
+def test_packed_types_take_the_plugins_copy(staged: pjrt_py.Client, dtype: np.dtype) -> None:
+    x = (np.arange(37 * 129) % 4).astype(dtype).reshape(37, 129)  # valid in every packed type
+    h2d, d2h = counts(staged)
+    got = staged.buffer(x).to_numpy()
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got.astype(np.int32), x.astype(np.int32))
+    assert counts(staged) == (h2d, d2h)  # staged copies would read unpacked bytes as packed
 
 
 def test_shapes_and_non_contiguous_sources(staged: pjrt_py.Client) -> None:
