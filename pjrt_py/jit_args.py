@@ -9,8 +9,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .interop.dlpack import HOST_DEVICES
+from .interop.foreign import Foreign, place
 from .interop.frameworks import to_jax, to_torch
 from .runtime.buffer import Buffer
+from .runtime.dtypes import MLIR_NAMES
+
+_MLIR = {dtype: name for name, dtype in MLIR_NAMES.items()}  # numpy dtype -> MLIR element
 
 _SCALARS = (bool, int, float, complex)
 
@@ -68,6 +73,30 @@ def _absolute_argnums(
             f"static_argnums={nums}: the function takes {positional} positional argument(s)"
         )
     return out
+
+
+def narrowed(client: Any, foreign: Foreign, dtype: np.dtype[Any]) -> Any:
+    """A foreign array converted to ``dtype``, as jax narrows 64-bit types
+    with x64 off: a numpy copy from host memory, else a convert on the device
+    (memory the host cannot read is never read by it)."""
+    tensor = foreign.tensor
+    if tensor.device[0] in HOST_DEVICES:
+        return np.asarray(tensor.as_array(foreign.dtype), dtype=dtype)
+    # A view on its own device (or BufferError), converted there.
+    return convert_on_device(client, place(client, foreign, None, None), dtype)
+
+
+def convert_on_device(client: Any, source: Buffer, dtype: np.dtype[Any]) -> Buffer:
+    """``source`` converted to ``dtype`` by a program on its own device."""
+    dims = "".join(f"{d}x" for d in source.shape)
+    given, wanted = f"tensor<{dims}{_MLIR[source.dtype]}>", f"tensor<{dims}{_MLIR[dtype]}>"
+    convert = client.compile(
+        f"func.func @main(%x: {given}) -> {wanted} {{\n"
+        f"  %y = stablehlo.convert %x : ({given}) -> {wanted}\n  return %y : {wanted}\n}}",
+        device=source.device,
+    )
+    result: Buffer = convert.execute(source)
+    return result
 
 
 def _meta(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:

@@ -20,7 +20,7 @@ from .defaults import default_client
 from .interop import jax_types as _jax_types
 from .interop.foreign import Foreign, is_foreign
 from .interop.frameworks import to_jax
-from .jit_args import _SCALARS, _absolute_argnums, _Call
+from .jit_args import _SCALARS, _absolute_argnums, _Call, narrowed
 from .lowered import Lowered
 from .programs.executable import Executable
 from .runtime.buffer import Buffer
@@ -176,7 +176,7 @@ class Jitted:
                 foreign = Foreign(x, self.client)
                 dtype = _jax_types.canonical(foreign.dtype)
                 if dtype != foreign.dtype:  # as JAX would: narrowed, so copied
-                    leaves[i] = np.asarray(foreign.tensor.as_array(foreign.dtype), dtype=dtype)
+                    leaves[i] = narrowed(self.client, foreign, dtype)
                 else:
                     leaves[i] = foreign
                 specs.append((foreign.shape, dtype, True) if weak else (foreign.shape, dtype))

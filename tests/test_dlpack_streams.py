@@ -235,3 +235,42 @@ def test_jax_gpu_arrays_cross_both_ways() -> None:
     np.testing.assert_array_equal(buf.to_numpy(), np.arange(1024, dtype=np.float32))
     y = jax.numpy.from_dlpack(buf)
     np.testing.assert_array_equal(np.asarray(y), np.arange(1024, dtype=np.float32))
+
+
+@pytest.mark.gpu
+def test_a_view_that_failed_leaves_the_producers_tensor_whole() -> None:
+    # XLA's GPU client runs a failed view's on_delete_callback during the call;
+    # the tensor's reference was once dropped there and again on the error path.
+    client, torch = _gpu()
+    t = torch.arange(64, dtype=torch.float32, device="cuda")
+    for _ in range(50):
+        with pytest.raises(BufferError, match="16-byte aligned"):
+            client.from_dlpack(t[1:])  # 4 bytes past an aligned start
+    assert float(t.sum().item()) == float(sum(range(64)))
+
+
+@pytest.mark.gpu
+def test_a_misaligned_or_empty_cuda_tensor_is_refused_or_made_before_execution() -> None:
+    client, torch = _gpu()
+    t = torch.arange(65, dtype=torch.float32, device="cuda")
+    with pytest.raises(BufferError, match=r"16-byte aligned.*contiguous\(\).clone\(\)"):
+        pjrt_py.from_dlpack(t[1:])
+    np.testing.assert_array_equal(
+        pjrt_py.from_dlpack(t[1:].clone()).to_numpy(), np.arange(1, 65, dtype=np.float32)
+    )
+    empty = pjrt_py.from_dlpack(torch.empty((0, 3), device="cuda"))
+    assert empty.shape == (0, 3) and empty.client.platform_name == "cuda"
+
+
+@pytest.mark.gpu
+def test_jit_narrows_a_cuda_int64_tensor_on_the_device() -> None:
+    # jax narrows int64 to int32 with x64 off; the narrowing once read the
+    # tensor's device memory from the host through numpy.
+    client, torch = _gpu()
+    jax = pytest.importorskip("jax")
+    if jax.config.jax_enable_x64:
+        pytest.skip("needs jax_enable_x64 off, so that int64 narrows")
+    t = torch.arange(1000, dtype=torch.int64, device="cuda")
+    out = pjrt_py.jit(lambda x: x * 3, client=client)(t)
+    assert out.dtype == np.int32 and out.client is client
+    np.testing.assert_array_equal(out.to_numpy(), np.arange(1000, dtype=np.int32) * 3)

@@ -84,3 +84,21 @@ def test_the_lowered_program_takes_the_keys_data() -> None:
     out = lowered.compile().execute(np.asarray(jax.random.key_data(key)))
     expected = jax.random.key_data(jax.jit(split)(key))
     np.testing.assert_array_equal(out.to_numpy(), np.asarray(expected))
+
+
+@pytest.mark.parametrize(
+    ("shape", "given", "wanted"),
+    [((), np.int64, np.int32), ((3, 4), np.float64, np.float32), ((5,), np.uint64, np.uint32)],
+)
+def test_a_conversion_on_the_device_is_numpys(
+    client: pjrt_py.Client, shape: tuple[int, ...], given: Any, wanted: Any
+) -> None:
+    # What pjrt_py.jit runs to narrow a foreign array that lies in device
+    # memory (jax's rule with x64 off), tried here on buffers of this client.
+    from pjrt_py.jit_args import convert_on_device  # noqa: PLC0415
+
+    values = np.arange(int(np.prod(shape)), dtype=given).reshape(shape)
+    device = client.devices[-1]
+    out = convert_on_device(client, client.buffer(values, device), np.dtype(wanted))
+    assert out.dtype == wanted and out.shape == shape and out.device == device
+    np.testing.assert_array_equal(out.to_numpy(), values.astype(wanted))

@@ -105,6 +105,10 @@ def _device_with_hardware_id(client: _Client, hardware_id: int) -> Device | None
     return next((d for d in client.addressable_devices if d.local_hardware_id == hardware_id), None)
 
 
+# XLA's GPU programs need their parameters this aligned (kEntryParameterAlignBytes).
+GPU_PARAMETER_ALIGNMENT = 16
+
+
 # torch's lazy bits: flags under which a tensor's memory does not hold its
 # values (c.conj().imag is negated memory). DLPack cannot say so, and torch
 # exports the memory as it is, so such a tensor is resolved into a copy first
@@ -172,6 +176,13 @@ def _why_not_view(client: _Client, tensor: Any, target: Device) -> str | None:
             step *= size
     if platform == CPU and tensor.data % VIEW_ALIGNMENT:
         return f"its data at {tensor.data:#x} is not {VIEW_ALIGNMENT}-byte aligned"
+    if platform != CPU and tensor.data % GPU_PARAMETER_ALIGNMENT:
+        # XLA's GPU programs check their parameters' alignment at every run:
+        # such a view would be made, then fail every execution that used it.
+        return (
+            f"its data at {tensor.data:#x} is not {GPU_PARAMETER_ALIGNMENT}-byte aligned, "
+            "as XLA's GPU programs need their parameters"
+        )
     if not client.plugin.supports("PJRT_Client_CreateViewOfDeviceBuffer"):
         return "the plugin cannot view memory it does not own"
     return None
@@ -197,10 +208,17 @@ def place(client: _Client, foreign: Foreign, device: Device | None, copy: bool |
         return client._view(tensor, code, target._addr, meta, foreign.stream or 0)
     if copy is False:
         raise BufferError(f"cannot use a {foreign.source} without a copy (copy=False): {reason}")
+    if 0 in foreign.shape:  # nothing to read: a new empty buffer
+        return host_to_device(client, np.empty(foreign.shape, dtype), target, False).buffer()
     if tensor.device[0] not in HOST_DEVICES:
+        # Decision: copies are made from host memory only. A device-to-device
+        # copy of memory PJRT does not own would need a view first, which is
+        # what cannot be had here.
         raise BufferError(
-            f"cannot copy a {foreign.source} from DLPack device type {tensor.device[0]} to "
-            f"{client.platform_name}: move it to the host first ({reason})"
+            f"cannot take a {foreign.source} from DLPack device type {tensor.device[0]} "
+            f"({reason}), and pjrt_py copies only from host memory: pass a compact, "
+            f"{GPU_PARAMETER_ALIGNMENT}-byte aligned tensor (torch: t.contiguous().clone()) "
+            "or move it to the host"
         )
     # A copy from host memory: a numpy array over the producer's memory keeps
     # the tensor alive until PJRT has read it.
