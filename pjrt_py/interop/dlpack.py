@@ -93,8 +93,14 @@ def dlpack_device(buffer: Buffer) -> tuple[int, int]:
         raise BufferError(f"pjrt_py cannot describe a {platform!r} buffer to DLPack")
     if kind == CPU:
         return CPU, 0
-    if buffer.memory.kind == "pinned_host":
+    where = buffer.memory  # None where the plugin cannot say: its default, device memory
+    memory = "device" if where is None else where.kind
+    if memory == "pinned_host":
         return (CUDA_HOST if kind == CUDA else ROCM_HOST), 0
+    if memory == "unpinned_host":  # ordinary host memory, on a GPU client too
+        return CPU, 0
+    if memory != "device":
+        raise BufferError(f"pjrt_py cannot describe a buffer in {memory!r} memory to DLPack")
     return kind, buffer.device.local_hardware_id
 
 
