@@ -71,11 +71,29 @@ static void h2d_slot_release(staging_slot* s) {
   if (last) staging_post(&j->work);
 }
 
-/* A chunk's DMA is over. On a PJRT thread, or the issuer's. */
+/* A chunk's DMA is over. On a PJRT thread, or the issuer's. XLA's plugins
+ * complete this event without an error even when the copy failed: the
+ * transfer manager fails the buffer itself then. */
 static void h2d_chunk_done(PJRT_Error* error, void* arg) {
   staging_slot* s = (staging_slot*)arg;
-  error_destroy(((h2d_job*)s->job)->c->api, error); /* a failed DMA fails the buffer */
+  error_destroy(((h2d_job*)s->job)->c->api, error);
   h2d_slot_release(s);
+}
+
+/* Whether buffer's ready event has fired: before its last chunk, only a
+ * chunk that failed (the manager failed the buffer) makes it so. No GIL. */
+static bool h2d_buffer_settled(const PJRT_Api* api, PJRT_Buffer* buffer) {
+  PJRT_Buffer_ReadyEvent_Args args = {0};
+  args.struct_size = PJRT_Buffer_ReadyEvent_Args_STRUCT_SIZE;
+  args.buffer = buffer;
+  PJRT_Error* error = api->PJRT_Buffer_ReadyEvent(&args);
+  if (error != NULL) {
+    error_destroy(api, error);
+    return false;
+  }
+  bool settled = event_is_ready(api, args.event);
+  event_destroy(api, args.event);
+  return settled;
 }
 
 static void h2d_fail_buffer(const PJRT_Api* api, PJRT_AsyncHostToDeviceTransferManager* m,
@@ -262,8 +280,17 @@ static BufferObject* staged_to_device(PyObject* client, pjrt_py_client* c, PyArr
     }
     h2d_slot_release(s); /* the issuer's hold */
   }
-  if (stop != H2D_DONE && staging_may_call(c))
-    h2d_fail_buffer(api, m, PJRT_Error_Code_CANCELLED, "the staged transfer was stopped");
+  if (stop != H2D_DONE && staging_may_call(c)) {
+    /* XLA's transfer manager aborts the process (a CHECK) when a buffer that
+     * a failed chunk has already failed is failed again: so the chunks in
+     * flight are waited for (a few DMAs at most), and the buffer is failed
+     * only if none of them did. */
+    pthread_mutex_lock(&r->mu);
+    while (j->inflight > 0) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    if (!h2d_buffer_settled(api, b->buf))
+      h2d_fail_buffer(api, m, PJRT_Error_Code_CANCELLED, "the staged transfer was stopped");
+  }
   pthread_mutex_lock(&r->mu);
   j->closed = 1;
   bool last = j->inflight == 0;

@@ -90,6 +90,10 @@ static int staging_ring_ensure(staging_ring* r) {
       args.size = size;
       PJRT_Error* error = api->PJRT_Client_DmaMap(&args);
       mapped = error == NULL;
+      /* Pinned pages shared with a forked child would be copied on the
+       * parent's next write, and its DMAs would go on reading the old ones:
+       * a child never uses a parent's ring, so it gets none. */
+      if (mapped) madvise(base, size, MADV_DONTFORK);
       if (error != NULL) {
         PJRT_Error_Message_Args m = {0};
         m.struct_size = PJRT_Error_Message_Args_STRUCT_SIZE;
@@ -172,7 +176,8 @@ static void staging_job_ended(staging_ring* r, pjrt_py_client* c) {
   if (__atomic_sub_fetch(&c->transfers, 1, __ATOMIC_ACQ_REL) == 0) reaper_wake();
 }
 
-/* Frees the memory and the slots' events. Nothing uses the ring. `client`:
+/* Frees the memory and the slots' events. Nothing uses the ring, and
+ * r->state keeps others off it (RING_ALLOCATING) or the ring is going. `client`:
  * the PJRT client to unmap from, or NULL where PJRT may not be called. */
 static void ring_free_memory(staging_ring* r, PJRT_Client* client) {
   bool pjrt = client != NULL;
@@ -195,8 +200,7 @@ static void ring_free_memory(staging_ring* r, PJRT_Client* client) {
   if (r->base != NULL && (unmap || !r->dma_mapped)) munmap(r->base, r->size);
   r->base = NULL;
   r->size = 0;
-  r->dma_mapped = 0;
-  r->state = RING_UNTRIED;
+  r->dma_mapped = 0; /* r->state is the caller's to set */
 }
 
 /* From client_destroy_pjrt, before PJRT_Client_Destroy(client): no copy is
@@ -289,9 +293,21 @@ static PyObject* core_staging_configure(PyObject* self, PyObject* args) {
       client_unref(c);
       return NULL;
     }
-    ring_free_memory(r, state_pjrt_allowed(c) ? c->client : NULL);
+    /* Unmapping may wait for the plugin's own threads (XLA's TFRT GPU client
+     * runs DmaUnmap on a pool and blocks until it is done), which may be
+     * waiting for the GIL: it is freed without the GIL or r->mu, and a job
+     * that starts meanwhile waits in staging_ring_ensure for the new ring. */
+    PJRT_Client* unmap_from = state_pjrt_allowed(c) ? c->client : NULL;
+    r->state = RING_ALLOCATING;
     r->chunk_bytes = (size_t)chunk_bytes;
     r->nslots = slots;
+    pthread_mutex_unlock(&r->mu);
+    Py_BEGIN_ALLOW_THREADS
+    ring_free_memory(r, unmap_from);
+    Py_END_ALLOW_THREADS
+    pthread_mutex_lock(&r->mu);
+    r->state = RING_UNTRIED;
+    pthread_cond_broadcast(&r->cv);
   } else {
     pthread_mutex_lock(&r->mu);
   }
