@@ -165,3 +165,33 @@ def test_an_unregistered_target_is_the_plugins_not_found(client: pjrt_py.Client)
             "  %0 = stablehlo.custom_call @nobody_registered_this(%x) {api_version = 4 : i32}"
             " : (tensor<2xf32>) -> tensor<2xf32>\n  return %0 : tensor<2xf32>\n}"
         )
+
+
+@pytest.mark.parametrize(
+    ("kind", "message"),
+    [
+        (pjrt_py.NotFoundError, "No FFI handler registered for {t} on a platform Host"),
+        # Older XLA GPU emitters name a missing target in their own words.
+        (
+            pjrt_py.UnimplementedError,
+            "No registered implementation for custom call to {t} for platform CUDA",
+        ),
+    ],
+)
+def test_a_registered_target_the_compiler_cannot_see_is_explained(
+    client: pjrt_py.Client, kind: type, message: str
+) -> None:
+    from pjrt_py.programs.diagnostics import explain_compile_error  # noqa: PLC0415
+
+    targets = client.plugin.ffi_targets
+    key = ("Host", "explained_target")
+    targets[key] = 4096
+    try:
+        error = kind(message.format(t="explained_target"))
+        explained = explain_compile_error(client, error)
+        assert isinstance(explained, pjrt_py.UnsupportedError)
+        assert "'explained_target' is registered" in str(explained)
+        other = kind(message.format(t="never_registered"))
+        assert explain_compile_error(client, other) is other
+    finally:
+        del targets[key]

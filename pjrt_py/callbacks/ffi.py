@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _core
 from ..defaults import default_client
-from ..runtime.errors import NotFoundError, UnsupportedError
+from ..runtime.errors import NotFoundError, UnimplementedError, UnsupportedError
 
 if TYPE_CHECKING:
     from ..client import Client
@@ -105,7 +105,11 @@ def _why_unsupported(client: Client) -> str | None:
     else:
         try:
             client.compile(_PROBE, cache=False)
-        except NotFoundError:
+        except (NotFoundError, UnimplementedError) as e:
+            # NotFound from XLA's FFI lookup; Unimplemented ("No registered
+            # implementation for custom call to ...") from older GPU emitters.
+            if _PROBE_TARGET not in str(e):
+                raise
             why = "it accepts registrations, but its compiler does not see registered targets"
     _supported[key] = why
     return why

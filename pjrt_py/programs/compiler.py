@@ -21,7 +21,13 @@ from ..runtime import plugin_log
 from ..runtime.capi import ffi, lib
 from ..runtime.client import RuntimeClient
 from ..runtime.device import Device
-from ..runtime.errors import NotFoundError, PjrtError, SerializationError, UnsupportedError
+from ..runtime.errors import (
+    NotFoundError,
+    PjrtError,
+    SerializationError,
+    UnimplementedError,
+    UnsupportedError,
+)
 from ..runtime.plugin import address
 from . import diagnostics, form, serialization
 from .bytecode_reader import BytecodeReader
@@ -229,7 +235,7 @@ class Compiler:
                     compile_options=opts,
                     compile_options_size=len(options),
                 )
-        except NotFoundError as e:  # a custom-call target the plugin would not run
+        except (NotFoundError, UnimplementedError) as e:  # a target the plugin would not run
             explained = explain_compile_error(client, e)
             if explained is e:
                 raise

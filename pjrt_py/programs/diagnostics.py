@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from ..runtime.errors import NotFoundError, PjrtError, ProgramError, UnsupportedError
+from ..runtime.errors import PjrtError, ProgramError, UnsupportedError
 
 if TYPE_CHECKING:
     from ..runtime.client import RuntimeClient
@@ -114,21 +114,26 @@ def rename(error: ProgramError, name: str) -> ProgramError:
     return _error(error.source, error.diagnostics, error.notes, name, error.code)
 
 
-_NOT_FOUND = re.compile(r"No FFI handler registered for (\S+) on a platform")
+# XLA's FFI lookup (NotFound), and older GPU emitters' own words (Unimplemented).
+_NOT_FOUND = re.compile(
+    r"No FFI handler registered for (\S+) on a platform"
+    r"|No registered implementation for custom call to (\S+) for platform"
+)
 
 
-def explain_compile_error(client: RuntimeClient, error: NotFoundError) -> Exception:
+def explain_compile_error(client: RuntimeClient, error: PjrtError) -> Exception:
     """The error to raise for a compile's ``NotFound``: an UnsupportedError
     when the target was registered through pjrt_py (the plugin refused the
     handler), else ``error`` itself."""
     m = _NOT_FOUND.search(str(error))
     if m is None:
         return error
+    target = m.group(1) or m.group(2)
     plugin = client.plugin
-    if not any(name == m.group(1) for _, name in list(plugin.ffi_targets)):
+    if not any(name == target for _, name in list(plugin.ffi_targets)):
         return error
     return UnsupportedError(
-        f"custom-call target {m.group(1)!r} is registered, but {plugin.path} (PJRT "
+        f"custom-call target {target!r} is registered, but {plugin.path} (PJRT "
         f"{plugin.version_text}) will not run its handler: this plugin refuses a handler "
         "built for a newer XLA FFI API than its own (on xla-cpu-pjrt 0.81, a handler built "
         f"with jaxlib 0.10.2's headers reports API 0.3; 0.1 runs). Plugin: {error}"
