@@ -291,6 +291,13 @@ static void* hcs_handle(int slot, hc_frame* frame) {
     if (error == NULL && hcs_copy(c, &frame->rets, &shadow.rets, 0, stream, why) < 0)
       error = hcs_error(frame, slot, HC_INTERNAL, "copying the results to the device", why);
   }
+  if (error != NULL && c->sync != NULL) {
+    /* Copies queued before the one that failed use `block`. It is pageable
+     * memory, which the driver copies synchronously, but the stream is
+     * waited for anyway before the block is freed. */
+    char ignored[HCS_WHY];
+    c->sync(stream, ignored);
+  }
   if (c->leave != NULL) c->leave(saved);
   free(block);
   return error;
