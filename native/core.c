@@ -112,6 +112,8 @@ static PyMethodDef core_functions[] = {
     {"set_dlpack_codes", core_set_dlpack_codes, METH_O, NULL},
     {"plugin_extensions", core_plugin_extensions, METH_O,
      "plugin_extensions(api) -> the extension types in the plugin's chain"},
+    {"stream_extension_usable", core_stream_extension_usable, METH_O,
+     "stream_extension_usable(api) -> whether the plugin has a usable PJRT stream extension"},
     {"profiler_available", core_profiler_available, METH_O,
      "profiler_available(api) -> whether the plugin has a usable PJRT profiler extension"},
     {"ffi_register", core_ffi_register, METH_VARARGS,

@@ -54,6 +54,15 @@ static const stream_extension* stream_find(const PJRT_Api* api) {
   return NULL;
 }
 
+/* stream_extension_usable(api) -> whether the plugin's stream extension is one
+ * pjrt_py can use (a GPU plugin loaded without its GPU can say: tests). */
+static PyObject* core_stream_extension_usable(PyObject* module, PyObject* address) {
+  (void)module;
+  const PJRT_Api* api = address_of_api(address);
+  if (api == NULL) return NULL;
+  return PyBool_FromLong(stream_find(api) != NULL);
+}
+
 /* The stream `device` (a PJRT_Device* as an int) of client `c` tracks
  * external readiness on, or None if the plugin has no stream extension
  * (ClientCore._ready_stream, client.c). */
