@@ -41,7 +41,8 @@ struct staging_ring {
   pjrt_py_client* c;   /* the owner: the ring is freed when its PJRT client is */
   pthread_mutex_t mu;  /* guards everything below that changes */
   pthread_cond_t cv;   /* a slot came free, a job ended, or the memory was made */
-  int mode;            /* STAGING_*: fixed while jobs are active */
+  int mode;            /* STAGING_*: read once per transfer, with the GIL (configure
+                        * may change it, and min_bytes, at any time) */
   size_t min_bytes;    /* transfers at least this large are staged */
   size_t chunk_bytes;  /* one slot */
   int nslots;
