@@ -176,11 +176,17 @@ static PyObject* hcs_cuda_open(const char* path, hcs_cuda_api* api) {
 
 /* ---- the handler --------------------------------------------------------- */
 
-/* An XLA FFI error for the slot's callback: "host callback 'name': what: why". */
+/* An XLA FFI error for the slot's callback: "host callback 'name': what: why".
+ * Slot 0 routes jax's callbacks: named by route, as hc_run names them. */
 static void* hcs_error(const hc_frame* frame, int slot, int code, const char* what,
                        const char* why) {
-  char message[HCS_WHY + 2 * HCS_NAME + 64];
-  snprintf(message, sizeof(message), "host callback %s: %s: %s", g_hcs[slot].name, what, why);
+  char name[HCS_NAME + 32], message[HCS_WHY + 2 * HCS_NAME + 96];
+  unsigned long long key = 0;
+  if (slot == 0 && hc_route_key(&frame->attrs, &key) == 0)
+    snprintf(name, sizeof name, "'jax callback %llu'", key);
+  else
+    snprintf(name, sizeof name, "%s", g_hcs[slot].name);
+  snprintf(message, sizeof(message), "host callback %s: %s: %s", name, what, why);
   return hc_error(frame, code, message);
 }
 

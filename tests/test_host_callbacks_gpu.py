@@ -20,7 +20,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import build_so, run_python, session_client
+from conftest import build_so, child_code, run_python, session_client
 from test_host_callbacks import mlir, unary
 
 import pjrt_py
@@ -404,3 +404,37 @@ def test_cuda_jit_callbacks_match_jax(cuda_client: pjrt_py.Client) -> None:
     for g, w in zip(ours, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-6)
     assert ours_log == pytest.approx(jax_log)
+
+
+def test_a_staged_failure_of_a_jax_callback_names_its_route() -> None:
+    # The router's slot serves every jax callback: a failure in its staging
+    # (here: no stream, on a CPU plugin) names the callback's route, as a
+    # failure of the Python function does, not the router. In a child: the
+    # router is registered process-wide with one handler.
+    result = run_python(
+        child_code(
+            """
+            import numpy as np, pjrt_py
+            from pjrt_py.callbacks import host_callback
+            from pjrt_py.callbacks.ffi import register_ffi_target
+            client = pjrt_py.Client()
+            router = host_callback.ROUTER_TARGET
+            address = host_callback._set(0, None, router, True, "host-stream")
+            register_ffi_target(router, address, client=client)
+            exe = client.compile(
+                "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\\n"
+                "  %0 = stablehlo.custom_call @" + router + "(%x) {api_version = 4 : i32, "
+                "backend_config = {index = 7 : ui64}} : (tensor<2xf32>) -> tensor<2xf32>\\n"
+                "  return %0 : tensor<2xf32>\\n}"
+            )
+            try:
+                exe.execute(np.ones(2, np.float32)).to_numpy()
+            except pjrt_py.PjrtError as e:
+                print(type(e).__name__, e)
+            """
+        )
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "host callback 'jax callback 7': no stream for the call" in result.stdout, (
+        result.stdout + result.stderr[-2000:]
+    )
