@@ -120,6 +120,8 @@ static PyMethodDef core_functions[] = {
      "ffi_register(api, name, handler, platform) -> 0, or 1/2 when the plugin has no way"},
     {"drain_releases", core_drain_releases, METH_NOARGS,
      "Run the DLPack releases queued by threads without the GIL (tests)."},
+    {"dlpack_capsule_device", core_dlpack_capsule_device, METH_O,
+     "dlpack_capsule_device(capsule) -> (device type, id), without taking the tensor; or None"},
     {"dlpack_unpack", core_dlpack_unpack, METH_O,
      "dlpack_unpack(capsule) -> DLPackTensor, taking the producer's tensor."},
     {"live_clients", core_live_clients, METH_NOARGS, NULL},

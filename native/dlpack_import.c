@@ -71,6 +71,23 @@ static PyObject* core_dlpack_unpack(PyObject* module, PyObject* capsule) {
   return (PyObject*)self;
 }
 
+/* dlpack_capsule_device(capsule) -> (device type, id) of an unconsumed
+ * capsule, read without taking it; None for anything else. */
+static PyObject* core_dlpack_capsule_device(PyObject* module, PyObject* capsule) {
+  (void)module;
+  int versioned = PyCapsule_IsValid(capsule, DLP_NAME_V);
+  if (!versioned && !PyCapsule_IsValid(capsule, DLP_NAME)) Py_RETURN_NONE;
+  void* managed = PyCapsule_GetPointer(capsule, versioned ? DLP_NAME_V : DLP_NAME);
+  if (managed == NULL) return NULL;
+  const dlp_tensor* t = &((const dlp_managed*)managed)->dl_tensor;
+  if (versioned) {
+    const dlp_managed_v* m = (const dlp_managed_v*)managed;
+    if (m->version.major != DLP_VERSION_MAJOR) Py_RETURN_NONE; /* its layout is unknown */
+    t = &m->dl_tensor;
+  }
+  return Py_BuildValue("(ii)", (int)t->device.device_type, (int)t->device.device_id);
+}
+
 static PyObject* int64_tuple(const int64_t* values, int32_t n) {
   PyObject* out = PyTuple_New(n);
   if (out == NULL) return NULL;

@@ -10,7 +10,7 @@ from typing import Any
 from .client import Client
 from .defaults import default_client, default_client_for
 from .interop.dlpack import GPU_PLATFORM_OF
-from .interop.foreign import producer_device
+from .interop.foreign import capsule_device, producer_device
 from .programs.executable import Executable
 from .runtime.buffer import Buffer
 from .runtime.device import Device
@@ -117,7 +117,7 @@ def from_dlpack(x: Any, device: Device | None = None, *, copy: bool | None = Non
 def _client_for_producer(x: Any) -> Client:
     """The client a tensor goes to when no device is named: the default one,
     unless the tensor is in a GPU's memory, which goes to a client of that GPU."""
-    where = producer_device(x)
+    where = producer_device(x) or capsule_device(x)
     platform = None if where is None else GPU_PLATFORM_OF.get(where[0])
     if platform is None:
         return default_client()

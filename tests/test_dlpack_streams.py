@@ -14,6 +14,7 @@ import pytest
 
 import pjrt_py
 from pjrt_py.interop import dlpack
+from pjrt_py.interop.foreign import capsule_device
 
 F32_8 = np.arange(16, dtype=np.float32)[::2].copy()
 
@@ -130,6 +131,23 @@ def test_device_tensor_without_its_plugin_names_the_platform(client: pjrt_py.Cli
     with pytest.raises(BufferError, match="cuda PJRT plugin"):
         pjrt_py.from_dlpack(producer)
     assert producer.calls == []  # refused before the producer was asked
+
+
+def test_a_raw_capsule_goes_where_its_tensor_says(client: pjrt_py.Client) -> None:
+    from test_dlpack_hostile import Producer  # noqa: PLC0415
+
+    assert capsule_device(np.ones(4, np.float32).__dlpack__()) == (dlpack.CPU, 0)
+    used = np.ones(4, np.float32).__dlpack__()
+    pjrt_py.from_dlpack(used)
+    assert capsule_device(used) is None  # consumed: not read again
+    assert capsule_device(np.ones(4)) is None
+    if any(p.name == "cuda" for p in pjrt_py.plugins()):
+        pytest.skip("a CUDA plugin is installed: the import would go to it")
+    # A capsule carries no __dlpack_device__: the device is read inside it, so
+    # a CUDA tensor is sent to a CUDA client, not to the default (CPU) one.
+    producer = Producer((4,), device=dlpack.CUDA)
+    with pytest.raises(BufferError, match="cuda PJRT plugin"):
+        pjrt_py.from_dlpack(producer.__dlpack__())
 
 
 def test_device_tensor_on_a_host_client_is_refused_clearly(

@@ -88,6 +88,15 @@ def producer_device(x: Any) -> tuple[int, int] | None:
         ) from None
 
 
+def capsule_device(x: Any) -> tuple[int, int] | None:
+    """A raw DLPack capsule's (device type, id), read without taking its
+    tensor; None for anything else."""
+    if type(x).__name__ != "PyCapsule":
+        return None
+    where: tuple[int, int] | None = _core.dlpack_capsule_device(x)
+    return where
+
+
 def _import_stream(client: _Client | None, where: tuple[int, int] | None) -> int | None:
     """The stream a GPU client takes ``where``'s memory on (None: no ordering to do)."""
     if client is None or where is None or where[0] in HOST_DEVICES:
@@ -262,4 +271,12 @@ def is_foreign(x: Any) -> bool:
     return hasattr(type(x), "__dlpack__") and not isinstance(x, (np.ndarray, np.generic, Buffer))
 
 
-__all__ = ["Foreign", "import_dlpack", "is_foreign", "place", "producer_device", "take"]
+__all__ = [
+    "Foreign",
+    "capsule_device",
+    "import_dlpack",
+    "is_foreign",
+    "place",
+    "producer_device",
+    "take",
+]
