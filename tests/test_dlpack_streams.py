@@ -91,6 +91,14 @@ def test_consumer_stream_zero_is_ambiguous_on_cuda() -> None:
         dlpack.consumer_stream(dlpack.CUDA, -2)
 
 
+@pytest.mark.parametrize("stream", [1, 2])
+def test_cudas_default_stream_numbers_are_refused_on_rocm(stream: int) -> None:
+    with pytest.raises(BufferError, match="ROCm has none"):
+        dlpack.consumer_stream(dlpack.ROCM, stream)
+    assert dlpack.consumer_stream(dlpack.ROCM, 0) == 0
+    assert dlpack.consumer_stream(dlpack.CUDA, stream) == stream
+
+
 @pytest.mark.needs_host_buffers  # a device buffer's export takes a stream
 def test_host_buffer_export_refuses_a_stream(client: pjrt_py.Client) -> None:
     buf = client.buffer(F32_8)

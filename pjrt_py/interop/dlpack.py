@@ -205,7 +205,8 @@ def consumer_stream(kind: int, stream: int | None) -> int:
 
     ``None`` is the legacy default stream on CUDA (1) and the default stream
     on ROCm (0); ``-1`` means no synchronisation; CUDA's ``0`` is ambiguous
-    (legacy or per-thread default) and refused.
+    (legacy or per-thread default) and refused, as are ``1`` and ``2`` on
+    ROCm, which has no such streams.
     """
     if stream is None:
         return 1 if kind == CUDA else 0
@@ -213,6 +214,11 @@ def consumer_stream(kind: int, stream: int | None) -> int:
         raise BufferError(
             "stream=0 is ambiguous on CUDA: pass 1 (the legacy default stream), 2 (the "
             "per-thread default stream) or the consumer's stream handle"
+        )
+    if stream in (1, 2) and kind == ROCM:
+        raise BufferError(
+            f"stream={stream} names one of CUDA's default streams; ROCm has none such "
+            "(the array API): pass 0 or None (the default stream) or a stream handle"
         )
     if stream < -1:
         raise BufferError(f"stream must be -1, None or a stream handle, got {stream}")
