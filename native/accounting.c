@@ -45,8 +45,8 @@ typedef struct {
 static acct_meta g_acct_metas[PJRT_PY_ACCT_METAS];
 
 /* Bytes of an interned (shape, dtype) on the device: shape times element
- * size, with sub-byte integers packed as the plugins hold them; -1 if
- * unreadable. */
+ * size; -1 if unreadable, or for sub-byte integers, whose packing is the
+ * plugin's to say (every CPU build packs them; acct_handle asks). */
 static int64_t acct_meta_bytes(PyObject* meta) {
   uintptr_t h = (uintptr_t)meta;
   acct_meta* e = &g_acct_metas[((h >> 4) ^ (h >> 10)) & (PJRT_PY_ACCT_METAS - 1)];
@@ -59,12 +59,11 @@ static int64_t acct_meta_bytes(PyObject* meta) {
     return -1;
   }
   int type = pjrt_type_of(descr);
-  int64_t bits = type == PJRT_Buffer_Type_S4 || type == PJRT_Buffer_Type_U4   ? 4
-                 : type == PJRT_Buffer_Type_S2 || type == PJRT_Buffer_Type_U2 ? 2
-                                                                              : 0;
-  int64_t bytes = bits ? bits : 8 * (int64_t)PyDataType_ELSIZE(descr);
+  if (type == PJRT_Buffer_Type_S4 || type == PJRT_Buffer_Type_U4 || type == PJRT_Buffer_Type_S2 ||
+      type == PJRT_Buffer_Type_U2)
+    return -1;
+  int64_t bytes = (int64_t)PyDataType_ELSIZE(descr);
   for (int i = 0; i < ndim; ++i) bytes *= (int64_t)dims[i];
-  bytes = (bytes + 7) / 8;
   Py_INCREF(meta);
   PJRT_PY_SETREF(e->meta, meta);
   e->bytes = bytes;
@@ -104,7 +103,8 @@ static PJRT_Device* acct_ask_device(const PJRT_Api* api, PJRT_Buffer* buf) {
  * plugin is asked. A handle whose device or size cannot be had counts nothing. */
 static void acct_handle(acct_tag* t, const PJRT_Api* api, PJRT_Buffer* buf, PJRT_Device* device,
                         PyObject* meta) {
-  int64_t bytes = meta != NULL ? acct_meta_bytes(meta) : acct_ask_bytes(api, buf);
+  int64_t bytes = meta != NULL ? acct_meta_bytes(meta) : -1;
+  if (bytes < 0) bytes = acct_ask_bytes(api, buf);
   if (device == NULL) device = acct_ask_device(api, buf);
   int slot = device != NULL ? acct_slot(device) : -1;
   if (bytes > 0 && slot >= 0) acct_add(t, slot, bytes);

@@ -154,7 +154,9 @@ def test_the_device_size_is_packed_and_nbytes_is_numpys(
     buf = client.buffer(a)
     assert buf.nbytes == a.nbytes == 64  # one byte per element, as numpy and jax count
     bits = 4 if np.dtype(kind[0]).name.endswith("int4") else 2
-    assert buf.on_device_size_in_bytes() == 64 * bits // 8
+    if client.platform_name == "cpu":  # every CPU build packs them
+        assert buf.on_device_size_in_bytes() == 64 * bits // 8
+    assert buf.on_device_size_in_bytes() <= buf.nbytes
 
 
 def test_on_device_size_of_an_ordinary_and_a_deleted_buffer(client: pjrt_py.Client) -> None:
@@ -171,5 +173,6 @@ def test_memory_watch_counts_packed_bytes(client: pjrt_py.Client) -> None:
     with pjrt_py.memory_watch(device, source="pjrt_py") as watch:
         buf = client.buffer(a, device)
         device_bytes = buf.on_device_size_in_bytes()
-    assert device_bytes == a.nbytes // 2
-    assert watch[device].peak_increase == device_bytes
+    if client.platform_name == "cpu":  # every CPU build packs them
+        assert device_bytes == a.nbytes // 2
+    assert watch[device].peak_increase == device_bytes  # the plugin's count, asked
