@@ -161,15 +161,19 @@ func.func @main(%x: tensor<16xf32>, %y: tensor<16xf32>) -> tensor<16xf32> {
 # XLA's GPU client wraps the pointer, callback included, before the steps of
 # CreateViewOfDeviceBuffer that can fail (an unknown stream, an event), so a
 # failed view runs on_delete_callback during the call. The CPU plugins check
-# first, so this shim does it their way round: call back, then fail (the
-# CPU client's own refusal of a stream is the error).
+# first, so this shim does it the GPU client's way: call back, then fail. The
+# error is the real plugin's own, for a device id no build has (the builds
+# differ on which view arguments they refuse: 0.115 takes any stream).
 VIEW_FAILS_AFTER_CALLBACK = """
-static PJRT_Error* (*real_view)(PJRT_Client_CreateViewOfDeviceBuffer_Args*);
+static PJRT_Error* (*real_lookup)(PJRT_Client_LookupDevice_Args*);
 
 static PJRT_Error* view_fails(PJRT_Client_CreateViewOfDeviceBuffer_Args* args) {
   args->on_delete_callback(args->device_buffer_ptr, args->on_delete_callback_arg);
-  args->stream = 1;
-  return real_view(args);
+  PJRT_Client_LookupDevice_Args lookup = {0};
+  lookup.struct_size = PJRT_Client_LookupDevice_Args_STRUCT_SIZE;
+  lookup.client = args->client;
+  lookup.id = 1 << 30;
+  return real_lookup(&lookup);
 }
 """
 
@@ -178,7 +182,7 @@ def test_a_view_whose_callback_runs_as_it_fails_is_released_once(
     client: pjrt_py.Client, tmp_path: Path
 ) -> None:
     edit = (
-        "real_view = real->PJRT_Client_CreateViewOfDeviceBuffer;"
+        "real_lookup = real->PJRT_Client_LookupDevice;"
         " api.PJRT_Client_CreateViewOfDeviceBuffer = view_fails;"
     )
     shim = forwarding_plugin(
