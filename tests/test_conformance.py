@@ -471,3 +471,19 @@ def test_junit_names_with_control_characters_stay_valid_xml(tmp_path: Path) -> N
     assert result.returncode == 0, result.stdout + result.stderr
     (case,) = ET.parse(junit).getroot().iter("testcase")
     assert case.get("name", "").endswith("bell\\x07and\\x1bescape.mlir")
+
+
+def test_a_plugin_that_fails_to_start_is_reported_by_its_exception() -> None:
+    # A GPU build without its GPU used to say only "worker exited with code 1".
+    from pjrt_py.conformance.runner import raised  # noqa: PLC0415
+
+    tail = (
+        "E1127 cuda_platform.cc:57] failed call to cuInit\n"
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in <module>\n'
+        "    raise _core.error_from_pjrt(self.address, address(error))\n"
+        "pjrt_py.runtime.errors.FailedPreconditionError: No visible GPU devices.\n"
+    )
+    assert raised(tail) == "FailedPreconditionError: No visible GPU devices."
+    assert raised("Segmentation fault\n") is None
+    assert raised("") is None

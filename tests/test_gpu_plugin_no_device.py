@@ -165,6 +165,24 @@ def test_the_command_line_says_what_is_missing(cuda: Any) -> None:
     assert NO_GPU in result.stdout + result.stderr
 
 
+def test_the_conformance_runner_says_why_the_plugin_did_not_start(cuda: Any, tmp_path: Any) -> None:
+    program = tmp_path / "add.mlir"
+    program.write_text(
+        "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+        "  %0 = stablehlo.add %x, %x : tensor<2xf32>\n  return %0 : tensor<2xf32>\n}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "pjrt_py", "test", "--plugin", cuda.path, str(program)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"plugin failed to start: FailedPreconditionError: {NO_GPU}" in result.stdout, (
+        result.stdout + result.stderr[-2000:]
+    )
+
+
 def test_a_process_that_failed_to_make_a_client_exits_cleanly(cuda: Any) -> None:
     code = (
         "import pjrt_py\n"

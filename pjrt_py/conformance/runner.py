@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import queue
+import re
 import select
 import signal
 import subprocess
@@ -30,6 +31,19 @@ from typing import IO, Any
 
 from .targets import Target
 from .zygote import Zygote
+
+_RAISED = re.compile(r"\s*(?:\w+\.)*(\w+(?:Error|Exception)): (.+)")
+
+
+def raised(output: str) -> str | None:
+    """The exception a worker's traceback ended with ("FailedPreconditionError:
+    No visible GPU devices."), or None: what a start failure is reported as."""
+    for line in reversed(output.splitlines()):
+        m = _RAISED.fullmatch(line.rstrip())
+        if m:
+            return f"{m.group(1)}: {m.group(2)}"
+    return None
+
 
 STATUSES = ("pass", "mismatch", "error", "crash", "timeout", "unsupported")
 FAILING = ("mismatch", "error", "crash", "timeout")
@@ -290,7 +304,7 @@ def _slot(
                 except WorkerGone as exc:
                     worker.close()
                     worker = None
-                    why = f"plugin failed to start: {exc.message}"
+                    why = f"plugin failed to start: {raised(exc.output) or exc.message}"
                     broken[target.label] = why
                     emit(Result(target.label, path, "error", why, output=exc.output))
                     continue
