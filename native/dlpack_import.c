@@ -138,9 +138,14 @@ static PyObject* tensor_get_versioned(TensorObject* self, void* unused) {
   return PyBool_FromLong(self->versioned);
 }
 
-/* as_array(dtype) -> a numpy array over the tensor's memory (host devices
- * only; the caller checked), keeping this Tensor alive as its base. */
+/* as_array(dtype) -> a numpy array over the tensor's memory, keeping this
+ * Tensor alive as its base. Host memory only: anything else is a
+ * BufferError here, since numpy would read a device pointer from the host. */
 static PyObject* tensor_as_array(TensorObject* self, PyObject* dtype) {
+  int kind = self->t->device.device_type;
+  if (kind != 1 && kind != 3 && kind != 11 && kind != 13) /* CPU, CUDA/ROCm host, managed */
+    return PyErr_Format(PyExc_BufferError,
+                        "a tensor on DLPack device type %d is not in host memory", kind);
   PyArray_Descr* descr = NULL;
   if (!PyArray_DescrConverter(dtype, &descr)) return NULL;
   dlp_tensor* t = self->t;

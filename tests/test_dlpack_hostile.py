@@ -212,3 +212,15 @@ def test_a_view_whose_callback_runs_as_it_fails_is_released_once(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "refused 200 deleted [1]" in result.stdout, result.stdout + result.stderr[-2000:]
+
+
+def test_device_memory_is_never_read_as_a_numpy_array() -> None:
+    # pjrt_py.jit once read a CUDA tensor's memory through numpy to narrow it;
+    # the reader itself refuses memory that is not the host's.
+    p = Producer((4,), device=2)  # kDLCUDA
+    tensor = pjrt_py._core.dlpack_unpack(p.__dlpack__())
+    with pytest.raises(BufferError, match="device type 2 is not in host memory"):
+        tensor.as_array(np.float32)
+    del tensor
+    gc.collect()
+    assert p.deleted == 1
