@@ -175,11 +175,11 @@ static PyObject* buffer_on_device_size(BufferObject* b, PyObject* unused) {
   pjrt_py_client* c = b->c;
   const PJRT_Api* api = c->api;
   if (!PJRT_PY_HAS(api, PJRT_Buffer_OnDeviceSizeInBytes)) {
-    PyObject* code = PyLong_FromLong(12); /* UNIMPLEMENTED */
-    PyObject* type = code ? PyDict_GetItemWithError(g_errors_by_code, code) : NULL;
-    Py_XDECREF(code);
-    if (type != NULL)
-      PyErr_SetString(type, "the plugin has no PJRT_Buffer_OnDeviceSizeInBytes");
+    PyObject* message = PyUnicode_FromString("the plugin has no PJRT_Buffer_OnDeviceSizeInBytes");
+    PyObject* exc = message ? error_for_code(message, PJRT_Error_Code_UNIMPLEMENTED) : NULL;
+    if (exc != NULL) PyErr_SetObject((PyObject*)Py_TYPE(exc), exc);
+    Py_XDECREF(exc);
+    Py_XDECREF(message);
     return NULL;
   }
   if (client_enter(c, "the buffer") < 0) return NULL;
