@@ -73,15 +73,13 @@ static int64_t acct_meta_bytes(PyObject* meta) {
 /* The plugin's size of a handle pjrt_py has no metadata for; -1 if it cannot say. */
 static int64_t acct_ask_bytes(const PJRT_Api* api, PJRT_Buffer* buf) {
   if (!PJRT_PY_HAS(api, PJRT_Buffer_OnDeviceSizeInBytes)) return -1;
-  PJRT_Buffer_OnDeviceSizeInBytes_Args args = {0};
-  args.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE;
-  args.buffer = buf;
-  PJRT_Error* error = api->PJRT_Buffer_OnDeviceSizeInBytes(&args);
+  size_t bytes;
+  PJRT_Error* error = buffer_device_bytes(api, buf, &bytes);
   if (error != NULL) {
     error_destroy(api, error);
     return -1;
   }
-  return (int64_t)args.on_device_size_in_bytes;
+  return (int64_t)bytes;
 }
 
 static PJRT_Device* acct_ask_device(const PJRT_Api* api, PJRT_Buffer* buf) {
@@ -187,13 +185,11 @@ static PyObject* buffer_on_device_size(BufferObject* b, PyObject* unused) {
     client_leave(c);
     return NULL;
   }
-  PJRT_Buffer_OnDeviceSizeInBytes_Args args = {0};
-  args.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE;
-  args.buffer = b->buf;
+  size_t bytes;
   PJRT_Error* error;
-  Py_BEGIN_ALLOW_THREADS error = api->PJRT_Buffer_OnDeviceSizeInBytes(&args);
+  Py_BEGIN_ALLOW_THREADS error = buffer_device_bytes(api, b->buf, &bytes);
   Py_END_ALLOW_THREADS buffer_unpin(b);
   client_leave(c);
   if (error != NULL) return raise_pjrt(api, error);
-  return PyLong_FromSize_t(args.on_device_size_in_bytes);
+  return PyLong_FromSize_t(bytes);
 }

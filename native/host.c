@@ -236,6 +236,18 @@ static int buffer_minor_to_major(BufferObject* b, size_t ndim, int64_t* minor_to
   return 1;
 }
 
+/* The plugin's count of buf's bytes on its device (PJRT_Buffer_
+ * OnDeviceSizeInBytes) into *bytes: NULL, or the plugin's error for the
+ * caller to raise or destroy (then *bytes is 0). No GIL needed. */
+static PJRT_Error* buffer_device_bytes(const PJRT_Api* api, PJRT_Buffer* buf, size_t* bytes) {
+  PJRT_Buffer_OnDeviceSizeInBytes_Args args = {0};
+  args.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE;
+  args.buffer = buf;
+  PJRT_Error* error = api->PJRT_Buffer_OnDeviceSizeInBytes(&args);
+  *bytes = error == NULL ? args.on_device_size_in_bytes : 0;
+  return error;
+}
+
 /* Whether b's memory is host memory, dense row-major and `size` bytes long:
  * then it can be read directly. Asked once per buffer. */
 static int buffer_is_dense_on_host(BufferObject* b, size_t size, size_t ndim) {
@@ -257,15 +269,10 @@ static int buffer_is_dense_on_host(BufferObject* b, size_t size, size_t ndim) {
   if (!buffer_minor_to_major(b, ndim, order)) return 0;
   for (size_t i = 0; i < ndim; ++i)
     if (order[i] != (int64_t)(ndim - 1 - i)) return 0;
-  PJRT_Buffer_OnDeviceSizeInBytes_Args z = {0};
-  z.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE;
-  z.buffer = b->buf;
-  error = api->PJRT_Buffer_OnDeviceSizeInBytes(&z);
-  if (error != NULL) {
-    error_destroy(api, error);
-    return 0;
-  }
-  return z.on_device_size_in_bytes == size;
+  size_t on_device;
+  error = buffer_device_bytes(api, b->buf, &on_device);
+  error_destroy(api, error);
+  return error == NULL && on_device == size;
 }
 
 /* b->dense, asked of the plugin once: 1 dense row-major host memory, 2 not. */

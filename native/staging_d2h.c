@@ -289,12 +289,10 @@ static bool d2h_raw_is_dense(BufferObject* b, size_t ndim, size_t nbytes) {
     return false;
   for (size_t k = 0; k < ndim; ++k)
     if (order[k] != (int64_t)(ndim - 1 - k)) return false;
-  PJRT_Buffer_OnDeviceSizeInBytes_Args z = {0};
-  z.struct_size = PJRT_Buffer_OnDeviceSizeInBytes_Args_STRUCT_SIZE;
-  z.buffer = b->buf;
-  PJRT_Error* error = api->PJRT_Buffer_OnDeviceSizeInBytes(&z);
+  size_t on_device;
+  PJRT_Error* error = buffer_device_bytes(api, b->buf, &on_device);
   error_destroy(api, error);
-  return error == NULL && z.on_device_size_in_bytes == nbytes;
+  return error == NULL && on_device == nbytes;
 }
 
 /* A staged copy of b into `array` (new, C-contiguous, b's shape and dtype):
