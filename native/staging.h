@@ -3,9 +3,9 @@
  * overlapping the DMA of the others (staging_ring.c has the design).
  *
  *   staging_ring.c  the per-client ring: settings, memory, slots, statistics
- *   staging_pool.c  the copier threads (a parallel memcpy) and the driver
- *                   threads (one per device) that run device-to-host jobs
- *                   and end uploads
+ *   staging_pool.c  the copier threads (a parallel memcpy), the driver
+ *                   threads (one per device) that run device-to-host jobs,
+ *                   and the finisher that ends uploads
  *   staging_h2d.c   host to device, run by the calling thread
  *   staging_d2h.c   device to host, run by the driver, and its promise
  */
@@ -19,8 +19,9 @@ enum { RING_UNTRIED = 0, RING_ALLOCATING = 1, RING_READY = 2, RING_FAILED = 3 };
 
 #define STAGING_MAX_SLOTS 16
 
-/* Work for a driver thread: run(arg), once. Embedded in what it runs, so
- * that posting it never allocates. `lane` picks the driver (staging_lane). */
+/* Work for a thread of staging_pool.c: run(arg), once. Embedded in what it
+ * runs, so that posting it never allocates. `lane` picks the driver of a
+ * download (staging_lane). */
 typedef struct staging_work {
   void (*run)(void* arg);
   void* arg;
@@ -95,6 +96,7 @@ static void staging_copy(char* dst, const char* src, size_t len);
 static void staging_post(staging_work* work);
 static int staging_lane(const pjrt_py_client* c, PJRT_Device* device);
 static void staging_notify(staging_work* work);
+static void staging_finish(staging_work* work);
 
 /* staging_ring.c */
 static bool staging_wanted(pjrt_py_client* c, size_t nbytes);

@@ -19,7 +19,7 @@
  * buffer is failed with SetBufferError and dropped, and the call raises.
  * Chunks already handed over finish their DMA into a buffer nobody sees; the
  * job (a copy in flight, staging_ring.c) ends with the last of them, when
- * the driver destroys the transfer manager.
+ * the finisher destroys the transfer manager.
  */
 #include "staging.h"
 
@@ -43,7 +43,7 @@ static void h2d_manager_destroy(const PJRT_Api* api, PJRT_AsyncHostToDeviceTrans
   error_destroy(api, api->PJRT_AsyncHostToDeviceTransferManager_Destroy(&args));
 }
 
-/* The driver, after the last chunk's DMA: the manager goes, the job ends. */
+/* The finisher, after the last chunk's DMA: the manager goes, the job ends. */
 static void h2d_finish(void* arg) {
   h2d_job* j = (h2d_job*)arg;
   if (staging_may_call(j->c)) h2d_manager_destroy(j->c->api, j->manager);
@@ -68,7 +68,7 @@ static void h2d_slot_release(staging_slot* s) {
   bool last = --j->inflight == 0 && j->closed;
   pthread_cond_broadcast(&r->cv);
   pthread_mutex_unlock(&r->mu);
-  if (last) staging_post(&j->work);
+  if (last) staging_finish(&j->work);
 }
 
 /* A chunk's DMA is over. On a PJRT thread, or the issuer's. XLA's plugins
@@ -219,7 +219,6 @@ static BufferObject* staged_to_device(PyObject* client, pjrt_py_client* c, PyArr
   j->manager = m;
   j->work.run = h2d_finish;
   j->work.arg = j;
-  j->work.lane = staging_lane(c, device);
   __atomic_add_fetch(&c->transfers, 1, __ATOMIC_ACQ_REL); /* until h2d_finish */
   pthread_mutex_lock(&r->mu);
   r->h2d_jobs++;
@@ -295,7 +294,7 @@ static BufferObject* staged_to_device(PyObject* client, pjrt_py_client* c, PyArr
   j->closed = 1;
   bool last = j->inflight == 0;
   pthread_mutex_unlock(&r->mu);
-  if (last) staging_post(&j->work); /* j is the driver's from here */
+  if (last) staging_finish(&j->work); /* j is the finisher's from here */
   Py_END_ALLOW_THREADS
   client_leave(c);
   if (stop == H2D_DONE) return b;

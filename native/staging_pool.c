@@ -8,15 +8,18 @@
  * chunk's offset, which keeps each part's alignment the chunk's.
  *
  * Drivers. A driver thread runs what no caller waits for: device-to-host
- * jobs (staging_d2h.c, queued when their source is ready) and the end of
- * uploads (destroying a transfer manager once its last chunk is done). It
- * blocks on DMAs, never on Python. There is one driver per device (a lane:
+ * jobs (staging_d2h.c, queued when their source is ready). It blocks on
+ * DMAs, never on Python. There is one driver per device (a lane:
  * the device's place in its client, modulo STAGING_DRIVERS): each device has
  * a link of its own, and with one driver for all, a read from device 1 waited
  * for a large read from device 0 to end, which made gathering a result
  * spread over several GPUs a serial walk. Jobs of one device keep their
  * order. A job never waits for a ring slot while it holds one whose DMA has
  * not landed (d2h_pipeline), so drivers sharing a ring cannot deadlock.
+ * The finisher ends uploads (destroying a transfer manager once its last
+ * chunk is done: a short call) on a thread of its own. On the driver of the
+ * upload's device it waited behind that device's downloads, and a download
+ * of a few GB held an upload's ring hold, and close(), for as long.
  * Another thread, the notifier, lets go of what a finished download held
  * and runs its promise's done callbacks, with the GIL: a callback that waits
  * for another staged copy must not wait on the very thread that would run it.
@@ -65,6 +68,7 @@ static work_queue g_drivers[STAGING_DRIVERS] = {QUEUE_INIT, QUEUE_INIT, QUEUE_IN
                                                 QUEUE_INIT, QUEUE_INIT, QUEUE_INIT, QUEUE_INIT};
 _Static_assert(STAGING_DRIVERS == 8, "one QUEUE_INIT per driver");
 static work_queue g_notifier = QUEUE_INIT;
+static work_queue g_finisher = QUEUE_INIT;
 
 /* Copies the parts of t not taken yet; returns when none is left to take. */
 static void copy_parts(copy_task* t) {
@@ -217,6 +221,8 @@ static void staging_post(staging_work* work) {
 
 static void staging_notify(staging_work* work) { queue_post(&g_notifier, work); }
 
+static void staging_finish(staging_work* work) { queue_post(&g_finisher, work); }
+
 /* After fork(), in the child: no copier or driver thread exists, and their
  * locks may have been held by one. Queued work was the parent's. */
 static void staging_after_fork(void) {
@@ -227,6 +233,7 @@ static void staging_after_fork(void) {
   g_copiers_started = 0;
   for (int i = 0; i < STAGING_DRIVERS; i++) queue_init(&g_drivers[i]);
   queue_init(&g_notifier);
+  queue_init(&g_finisher);
 }
 
 /* staging_copiers(n=None) -> the number of threads a staged chunk is copied
