@@ -9,6 +9,7 @@ import contextlib
 import functools
 import inspect
 import threading
+import types
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from .defaults import default_client
 from .interop import jax_types as _jax_types
 from .interop.foreign import Foreign, is_foreign
 from .interop.frameworks import to_jax
-from .jit_args import _SCALARS, _absolute_argnums, _Call, narrowed
+from .jit_args import _SCALARS, _absolute_argnums, _Call, convert_on_device, narrowed
 from .lowered import Lowered
 from .programs.executable import Executable
 from .runtime.buffer import Buffer
@@ -151,8 +152,14 @@ class Jitted:
         specs = []
         for i, x in enumerate(leaves):
             t = type(x)
-            if t is Buffer:
-                specs.append(x._meta or x._metadata())
+            if t is Buffer or t is BufferPromise:
+                buf = x if t is Buffer else x.buffer()
+                shape, dtype = buf._meta or buf._metadata()
+                wanted = _jax_types.canonical(dtype)
+                if wanted != dtype:  # a 64-bit Buffer with x64 off: narrowed, as jax would
+                    buf = convert_on_device(self.client, buf, wanted)
+                leaves[i] = buf
+                specs.append((shape, wanted))
             elif t in _SCALARS:
                 specs.append(t)  # weakly typed: the value is not part of the key
             elif t is np.ndarray or isinstance(x, np.generic):
@@ -162,9 +169,6 @@ class Jitted:
                     x = x.astype(dtype)
                 leaves[i] = x
                 specs.append((x.shape, x.dtype))
-            elif t is BufferPromise:
-                leaves[i] = buf = x.buffer()
-                specs.append(buf._metadata())
             elif _jax_types.without_dlpack(x):  # int4 & co: no DLPack code, so a copy
                 leaves[i] = x = np.asarray(x)
                 specs.append((x.shape, x.dtype))
@@ -213,8 +217,13 @@ class Jitted:
                     entry = (compiled, out_tree, single, lowered.weak_outputs, lowered.key_outputs)
                     self._cache[key] = entry
         leaves = call.leaves
-        if not kwargs and all(type(a) is Buffer for a in args) and len(leaves) == len(args):
-            # Arguments that are all Buffers map to this entry without flattening.
+        if (
+            not kwargs
+            and len(leaves) == len(args)
+            and all(type(a) is Buffer and a is x for a, x in zip(args, leaves, strict=True))
+        ):
+            # Arguments that are all Buffers, taken as they are (none narrowed),
+            # map to this entry without flattening.
             self._flat[(context, tuple(a._metadata() for a in args))] = entry
         return entry, leaves
 
@@ -336,6 +345,11 @@ class Jitted:
                     return self._outputs(entry, entry[0].execute_async(*args)._buffers)
         entry, leaves = self._entry(args, kwargs)
         return self._outputs(entry, entry[0].execute_async(*leaves)._buffers)
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        """As an attribute of an instance: bound to it (its first argument), as
+        ``jax.jit`` functions are; make ``self`` static with ``static_argnums=0``."""
+        return self if obj is None else types.MethodType(self, obj)
 
     def _outputs(self, entry: _Entry, buffers: Sequence[Any]) -> Any:
         """The call's result: ``buffers`` converted (``out=``) in ``fn``'s structure."""

@@ -1,0 +1,99 @@
+"""pjrt_py.jit takes what jax.jit takes: 64-bit Buffers with x64 off, and
+functions used as methods.
+
+Before, a float64 Buffer (what ``client.buffer(np.ones(3))`` makes) failed
+every call with x64 off: the program was traced for float32, as jax
+narrows, but the Buffer was passed as it was, and the failing program stayed
+cached. A jit function written as a method was never bound to its instance.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import pjrt_py
+
+jax = pytest.importorskip("jax", reason="pjrt_py.jit traces with jax")
+
+
+@pytest.fixture
+def x64() -> Iterator[Callable[[bool], None]]:
+    before = jax.config.jax_enable_x64
+    yield lambda on: jax.config.update("jax_enable_x64", on)
+    jax.config.update("jax_enable_x64", before)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        np.array([1.5, -2.25, 1e-3]),
+        np.array([3, -4, 2**31 - 1], np.int64),
+        np.array([1 + 2j, -0.5j], np.complex128),
+        np.array([7, 2**32 - 1], np.uint64),
+    ],
+    ids=lambda a: str(a.dtype),
+)
+def test_a_64_bit_buffer_is_narrowed_as_jax_narrows(
+    client: pjrt_py.Client, x64: Callable[[bool], None], data: np.ndarray
+) -> None:
+    x64(False)
+    fn = pjrt_py.jit(lambda x: x * 2, client=client)
+    buf = client.buffer(data)
+    assert buf.dtype == data.dtype  # the Buffer itself keeps 64 bits
+    expected = np.asarray(jax.jit(lambda x: x * 2)(data))
+    for _ in range(2):  # the second call takes the cached program
+        out = fn(buf)
+        assert out.dtype == expected.dtype
+        np.testing.assert_array_equal(out.to_numpy(), expected)
+    assert fn.cache_size() == 1
+    np.testing.assert_array_equal(buf.to_numpy(), data)  # the argument is untouched
+
+
+def test_a_64_bit_buffer_promise_is_narrowed(
+    client: pjrt_py.Client, x64: Callable[[bool], None]
+) -> None:
+    x64(False)
+    fn = pjrt_py.jit(lambda x: x + 1, client=client)
+    promise = client.buffer_async(np.arange(4.0))
+    np.testing.assert_array_equal(fn(promise).to_numpy(), np.arange(1.0, 5.0, dtype=np.float32))
+
+
+def test_with_x64_on_a_64_bit_buffer_keeps_its_type(
+    client: pjrt_py.Client, x64: Callable[[bool], None]
+) -> None:
+    x64(True)
+    fn = pjrt_py.jit(lambda x: x / 3, client=client)
+    data = np.array([1.0, 2.0])
+    out = fn(client.buffer(data))
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out.to_numpy(), data / 3)
+
+
+class _Scaled:
+    def __init__(self, k: float) -> None:
+        self.k = k
+
+    def __hash__(self) -> int:
+        return hash(self.k)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Scaled) and other.k == self.k
+
+    @functools.partial(pjrt_py.jit, static_argnums=0)
+    def apply(self, x: Any) -> Any:
+        return x * self.k
+
+
+def test_a_jit_method_is_bound_to_its_instance() -> None:
+    x = np.ones(3, np.float32)
+    np.testing.assert_array_equal(_Scaled(3.0).apply(x).to_numpy(), 3 * x)
+    np.testing.assert_array_equal(_Scaled(5.0).apply(x).to_numpy(), 5 * x)
+    # Through the class, self is passed as a plain argument, as with jax.jit.
+    np.testing.assert_array_equal(_Scaled.apply(_Scaled(2.0), x).to_numpy(), 2 * x)
+    assert isinstance(_Scaled.__dict__["apply"], pjrt_py.Jitted)
+    assert _Scaled.apply.cache_size() == 3  # one per static instance value
