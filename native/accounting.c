@@ -60,7 +60,7 @@ static int64_t acct_meta_bytes(PyObject* meta) {
   }
   int type = pjrt_type_of(descr);
   if (type == PJRT_Buffer_Type_S4 || type == PJRT_Buffer_Type_U4 || type == PJRT_Buffer_Type_S2 ||
-      type == PJRT_Buffer_Type_U2)
+      type == PJRT_Buffer_Type_U2 || type == PJRT_Buffer_Type_F4E2M1FN)
     return -1;
   int64_t bytes = (int64_t)PyDataType_ELSIZE(descr);
   for (int i = 0; i < ndim; ++i) bytes *= (int64_t)dims[i];

@@ -1,4 +1,5 @@
-"""Sub-byte integers: int4, uint4, int2, uint2 (ml_dtypes), as jax has them.
+"""Sub-byte types: int4, uint4, int2, uint2 and float4_e2m1fn (ml_dtypes), as
+jax has them.
 
 numpy stores one element per byte; the plugins pack them on the device and
 take and give them unpacked on the host. pjrt_py's own direct copies apply
@@ -39,7 +40,8 @@ def as_int(a: Any) -> np.ndarray[Any, Any]:
 
 
 def test_the_packed_types_are_known() -> None:
-    assert {np.dtype(k[0]) for k in KINDS} == PACKED
+    floats = {np.dtype(ml_dtypes.float4_e2m1fn)} if hasattr(ml_dtypes, "float4_e2m1fn") else set()
+    assert {np.dtype(k[0]) for k in KINDS} | floats == PACKED
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 33, 4097])
@@ -176,3 +178,60 @@ def test_memory_watch_counts_packed_bytes(client: pjrt_py.Client) -> None:
     if client.platform_name == "cpu":  # every CPU build packs them
         assert device_bytes == a.nbytes // 2
     assert watch[device].peak_increase == device_bytes  # the plugin's count, asked
+
+
+# float4_e2m1fn: every value it holds (sign, 2 exponent bits, 1 mantissa bit).
+needs_float4 = pytest.mark.skipif(
+    not hasattr(ml_dtypes, "float4_e2m1fn"), reason="this ml_dtypes has no float4_e2m1fn"
+)
+FLOAT4_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def float4(n: int) -> np.ndarray[Any, Any]:
+    return np.resize(np.array(FLOAT4_VALUES, np.float32), n).astype(ml_dtypes.float4_e2m1fn)
+
+
+@needs_float4
+@pytest.mark.parametrize("n", [1, 15, 33, 4097])
+def test_float4_round_trips_and_computes(client: pjrt_py.Client, n: int) -> None:
+    a = float4(n)
+    buf = client.buffer(a)
+    assert buf.dtype == a.dtype and buf.nbytes == n
+    for back in (buf.to_numpy(), buf.to_numpy_async().value(), np.asarray(buf)):
+        assert back.dtype == a.dtype
+        np.testing.assert_array_equal(back.astype(np.float32), a.astype(np.float32))
+    if client.platform_name == "cpu":  # every CPU build packs them
+        assert buf.on_device_size_in_bytes() == (n + 1) // 2
+    t, f = f"tensor<{n}xf4E2M1FN>", f"tensor<{n}xf32>"
+    twice = client.compile(
+        f"func.func @main(%a: {t}) -> ({f}, {t}) {{\n"
+        f"  %w = stablehlo.convert %a : ({t}) -> {f}\n"
+        f"  %d = stablehlo.add %w, %w : {f}\n"
+        f"  %n = stablehlo.convert %d : ({f}) -> {t}\n"
+        f"  return %d, %n : {f}, {t}\n}}"
+    )
+    wide, narrow = twice.execute(a)
+    np.testing.assert_array_equal(wide.to_numpy(), 2 * a.astype(np.float32))
+    # Back to float4: 2 * 4 and 2 * 6 saturate to 6 as ml_dtypes rounds them.
+    np.testing.assert_array_equal(narrow.to_numpy(), (2 * a.astype(np.float32)).astype(a.dtype))
+    assert twice.output_dtypes == [np.dtype(np.float32), a.dtype]
+
+
+@needs_float4
+def test_float4_through_jit_gives_jaxs_numbers(client: pjrt_py.Client) -> None:
+    jax = pytest.importorskip("jax", reason="compared with jax")
+    a = float4(16)
+
+    def fn(x: Any) -> Any:
+        return x.astype(jax.numpy.float32) * 3, (x.astype(jax.numpy.float32) / 2).astype(x.dtype)
+
+    theirs = jax.jit(fn)(a)
+    for arg in (a, jax.numpy.asarray(a)):  # a jax float4 array is copied through numpy
+        ours = pjrt_py.jit(fn, client=client)(arg)
+        for o, t in zip(ours, theirs, strict=True):
+            assert o.dtype == t.dtype
+            np.testing.assert_array_equal(o.to_numpy(), np.asarray(t))
+    back = pjrt_py.to_jax(client.buffer(a))  # a copy: no DLPack code
+    np.testing.assert_array_equal(np.asarray(back), a)
+    with pytest.raises(TypeError, match="no DLPack type code"):
+        client.buffer(a).__dlpack__()

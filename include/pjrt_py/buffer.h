@@ -30,6 +30,7 @@ typedef enum {
   PJRT_Buffer_Type_F8E4M3,
   PJRT_Buffer_Type_F8E3M4,
   PJRT_Buffer_Type_F8E8M0FNU,
+  PJRT_Buffer_Type_F4E2M1FN,
   ...
 } PJRT_Buffer_Type;
 

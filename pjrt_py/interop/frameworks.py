@@ -64,8 +64,9 @@ def to_jax(x: Buffer | BufferPromise) -> Any:
     -------
     jax.Array
         The array; for a CPU buffer, on jax's CPU device and viewing the
-        buffer's memory (no copy). Sub-byte integers (int4, uint4, int2,
-        uint2), which DLPack has no codes for, are copied through the host.
+        buffer's memory (no copy). Sub-byte types (int4, uint4, int2,
+        uint2, float4_e2m1fn), which pjrt_py gives DLPack no codes for, are
+        copied through the host.
 
     Raises
     ------

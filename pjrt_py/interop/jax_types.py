@@ -97,7 +97,7 @@ def is_key(x: Any) -> bool:
 
 def without_dlpack(x: Any) -> bool:
     """Whether ``x`` is a jax array of a dtype pjrt_py moves but DLPack has no
-    code for (int4, uint4, int2, uint2): jax's ``__dlpack__`` refuses it, so it
+    code for (int4, uint4, int2, uint2, float4_e2m1fn): jax's ``__dlpack__`` refuses it, so it
     is taken through numpy, a copy."""
     dtype = getattr(x, "dtype", None)
     return (

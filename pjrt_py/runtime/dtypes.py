@@ -12,15 +12,13 @@ from .capi import lib
 
 # Every dtype pjrt_py moves between host and device.
 #
-# Sub-byte integers (int4, uint4, int2, uint2): numpy (ml_dtypes) stores one
-# element per byte; the plugins pack them on the device and take and give
-# them unpacked on the host (BufferFromHostBuffer / ToHostBuffer), which every
-# CPU build does right (tests/test_subbyte.py). pjrt_py's own direct copies
-# (host reads, staging) apply only where the on-device size equals numpy's,
-# so a packed buffer always goes through the plugin. DLPack has no codes for
-# them, and host callbacks refuse them (XLA's FFI hands the packed bytes).
-# float4_e2m1fn is left out: the PJRT header pjrt_py builds against has no
-# type for it.
+# Sub-byte types (int4, uint4, int2, uint2, float4_e2m1fn): numpy (ml_dtypes)
+# stores one element per byte; the plugins pack them on the device and take
+# and give them unpacked on the host (BufferFromHostBuffer / ToHostBuffer),
+# which every CPU build does right (tests/test_subbyte.py). pjrt_py's own
+# direct copies apply only where the on-device size equals numpy's, so a
+# packed buffer always goes through the plugin. pjrt_py gives DLPack no codes
+# for them, and host callbacks refuse them (XLA's FFI hands the packed bytes).
 _PAIRS: list[tuple[np.dtype[np.generic], int]] = [
     (np.dtype(np.bool_), lib.PJRT_Buffer_Type_PRED),
     (np.dtype(np.int8), lib.PJRT_Buffer_Type_S8),
@@ -53,12 +51,14 @@ if hasattr(ml_dtypes, "int2"):  # ml_dtypes 0.5 and later
         (np.dtype(ml_dtypes.int2), lib.PJRT_Buffer_Type_S2),
         (np.dtype(ml_dtypes.uint2), lib.PJRT_Buffer_Type_U2),
     ]
+if hasattr(ml_dtypes, "float4_e2m1fn"):  # ml_dtypes 0.5 and later
+    _PAIRS.append((np.dtype(ml_dtypes.float4_e2m1fn), lib.PJRT_Buffer_Type_F4E2M1FN))
 
 _core.set_dtypes(_PAIRS)  # the native core's copy of this table
 
 # Packed on the device: no device buffer can alias a numpy array of these.
 PACKED: frozenset[np.dtype[np.generic]] = frozenset(
-    dt for dt, _ in _PAIRS if dt.name in ("int4", "uint4", "int2", "uint2")
+    dt for dt, _ in _PAIRS if dt.name in ("int4", "uint4", "int2", "uint2", "float4_e2m1fn")
 )
 
 TO_PJRT: dict[np.dtype[np.generic], int] = dict(_PAIRS)
@@ -95,6 +95,8 @@ MLIR_NAMES: dict[str, np.dtype[np.generic]] = {
 }
 if hasattr(ml_dtypes, "int2"):
     MLIR_NAMES.update({"i2": np.dtype(ml_dtypes.int2), "ui2": np.dtype(ml_dtypes.uint2)})
+if hasattr(ml_dtypes, "float4_e2m1fn"):
+    MLIR_NAMES["f4E2M1FN"] = np.dtype(ml_dtypes.float4_e2m1fn)
 
 
 def pjrt_type(dtype: np.dtype[np.generic]) -> int:
