@@ -191,9 +191,9 @@ class Client(RuntimeClient):
           a ``Device``) of each; the default is the first
           ``replicas x partitions`` devices in order.
         * ``device`` targets one device (a one-device assignment). Arguments
-          must then live on that device: one on another device is an
-          ``InvalidArgumentError`` from the plugin (it does not copy), and
-          numpy arguments are transferred there.
+          must then live on that device: one on another device is a
+          ``ValueError`` before the call that says to ``copy_to_device`` it
+          (no copy is made), and numpy arguments are transferred there.
 
         The options are those ``jax.jit`` sends for the same program (its
         ``DebugOptions`` included, so NaN propagates through ``max``/``min``
