@@ -199,6 +199,26 @@ def test_python_scalars_follow_jaxs_weak_type_rules(client: pjrt_py.Client) -> N
             exe.execute(*args)
 
 
+def test_numpy_scalars_must_match_exactly_though_some_subclass_pythons(
+    client: pjrt_py.Client,
+) -> None:
+    # np.float64 and np.complex128 are Python floats and complexes too; they
+    # used to take the weak path and were narrowed (70000.0 into f16 was inf).
+    exe = client.compile(SCALARS)
+    good: list[object] = [np.int32(1), np.uint8(2), np.bool_(True), 0.5, np.complex64(1j)]
+    assert exe.execute(*good)[4].to_numpy().item() == 1j
+    for index, bad in [
+        (3, np.float64(70000.0)),
+        (4, np.complex128(1e-50 + 1j)),
+        (0, np.int64(5)),
+        (0, np.float64(2.0)),
+    ]:
+        args = list(good)
+        args[index] = bad
+        with pytest.raises(TypeError, match=f"called with {np.dtype(type(bad)).name}"):
+            exe.execute(*args)
+
+
 def test_outputs_chain_into_a_checked_call_without_asking_the_plugin(
     client: pjrt_py.Client,
 ) -> None:

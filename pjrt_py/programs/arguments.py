@@ -58,12 +58,14 @@ def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
         except ValueError as e:
             raise ValueError(f"argument {index}: {e}") from None
         return arg
+    # numpy scalars first: np.float64 and np.complex128 subclass Python's
+    # float and complex, but are typed values that must match exactly.
+    if isinstance(arg, (np.ndarray, np.generic)):
+        return np.asarray(arg)
     if isinstance(arg, _PY_SCALARS):
         spec = exe._signature[index] if exe._signature else None
         if spec is not None and spec.dtype is not None:
             return weak_scalar(arg, spec.dtype, index)
-        return np.asarray(arg)
-    if isinstance(arg, (np.ndarray, np.generic)):
         return np.asarray(arg)
     if isinstance(arg, foreign.Foreign):  # taken by pjrt_py.jit
         return arg
@@ -78,6 +80,15 @@ def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
         f"argument {index}: expected a Buffer, a promise of one, a numpy "
         f"array/scalar or a DLPack producer (jax, torch, ...), got {type(arg).__name__}"
     )
+
+
+# What each Python scalar type may be passed for (weak_scalar's rule).
+_WEAK_FITS = {
+    bool: "bool",
+    int: "integer, floating and complex",
+    float: "floating and complex",
+    complex: "complex",
+}
 
 
 def weak_scalar(value: bool | int | float | complex, dtype: np.dtype[Any], index: int) -> Any:
@@ -106,9 +117,11 @@ def weak_scalar(value: bool | int | float | complex, dtype: np.dtype[Any], index
     else:
         allowed = kind == "c"
     if not allowed:
+        fits = _WEAK_FITS[type(value) if type(value) in _WEAK_FITS else complex]
         raise TypeError(
-            f"argument {index}: a Python {type(value).__name__} ({value!r}) cannot be passed "
-            f"for a {dtype} parameter without changing its value; pass a numpy {dtype} value"
+            f"argument {index}: a Python {type(value).__name__} ({value!r}) is not taken for "
+            f"a {dtype} parameter: by jax's weak typing it fits {fits} parameters only; "
+            f"pass a numpy {dtype} value"
         )
     with np.errstate(over="ignore"):  # a float too large for its dtype is inf, as in jax
         if not isinstance(value, int) or kind not in "fc":
