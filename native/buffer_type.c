@@ -364,6 +364,7 @@ static PyMethodDef buffer_methods[] = {
     {"_metadata", (PyCFunction)buffer_metadata, METH_NOARGS, NULL},
     {"_pjrt_deleted", (PyCFunction)buffer_pjrt_deleted, METH_NOARGS, NULL},
     {"_retire_donated", (PyCFunction)buffer_retire_donated, METH_NOARGS, NULL},
+    {"__complex__", (PyCFunction)buffer_complex, METH_NOARGS, NULL},
     {"__copy__", (PyCFunction)buffer_copy, METH_NOARGS, NULL},
     {"__deepcopy__", (PyCFunction)buffer_deepcopy, METH_O, NULL},
     {"__reduce__", (PyCFunction)buffer_reduce, METH_NOARGS, NULL},
@@ -405,6 +406,10 @@ static PyType_Slot buffer_slots[] = {
     {Py_tp_methods, buffer_methods},
     {Py_tp_getset, buffer_getset},
     {Py_tp_members, buffer_members},
+    {Py_nb_bool, buffer_nb_bool}, /* buffer_scalar.c */
+    {Py_nb_int, buffer_nb_int},
+    {Py_nb_float, buffer_nb_float},
+    {Py_nb_index, buffer_nb_index},
     {0, NULL},
 };
 

@@ -25,6 +25,7 @@
 #include "dlpack_import.c"
 #include "memory.c"
 #include "stream.c"
+#include "buffer_scalar.c"
 #include "buffer_type.c"
 #include "promise.c"
 #include "callbacks.c"
