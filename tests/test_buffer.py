@@ -172,6 +172,21 @@ def test_zero_copy_refuses_what_it_cannot_alias(client: pjrt_py.Client) -> None:
         client.buffer(np.ones((4, 4), np.float32).T, zero_copy=True)
 
 
+@pytest.mark.parametrize("shape", [(0,), (0, 4), (3,), (2, 3)])
+@pytest.mark.parametrize("alignment", [16, 64, 4096])
+def test_aligned_empty_is_aligned_even_when_empty(shape: tuple[int, ...], alignment: int) -> None:
+    # numpy moves the data pointer of a zero-byte view: empty arrays were not.
+    x = pjrt_py.aligned_empty(shape, np.float64, alignment)
+    assert x.shape == shape and x.dtype == np.float64 and x.flags.c_contiguous
+    assert x.ctypes.data % alignment == 0
+
+
+@pytest.mark.needs_zero_copy
+def test_an_empty_aligned_array_is_taken_by_zero_copy(client: pjrt_py.Client) -> None:
+    buf = client.buffer(pjrt_py.aligned_empty((0, 4), np.float32), zero_copy=True)
+    assert buf.shape == (0, 4) and buf.to_numpy().shape == (0, 4)
+
+
 def test_copy_semantics_do_not_alias(client: pjrt_py.Client) -> None:
     x = pjrt_py.aligned_empty((256,), np.float32)
     x[:] = 1

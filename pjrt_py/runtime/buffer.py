@@ -209,9 +209,13 @@ def aligned_empty(
     dtype = np.dtype(dtype)
     dims = tuple(int(d) for d in np.atleast_1d(shape)) if not isinstance(shape, tuple) else shape
     nbytes = int(np.prod(dims, dtype=np.int64)) * dtype.itemsize
-    raw = np.empty(nbytes + alignment, np.uint8)
+    # An empty array keeps one element's bytes: numpy moves the data pointer of
+    # a zero-byte view, and an empty array's address is checked like any other.
+    held = max(nbytes, dtype.itemsize)
+    raw = np.empty(held + alignment, np.uint8)
     offset = -raw.ctypes.data % alignment
-    out: np.ndarray[Any, Any] = raw[offset : offset + nbytes].view(dtype).reshape(dims)
+    flat = raw[offset : offset + held].view(dtype)[: nbytes // max(dtype.itemsize, 1)]
+    out: np.ndarray[Any, Any] = flat.reshape(dims)
     return out
 
 
