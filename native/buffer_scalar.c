@@ -8,6 +8,8 @@
  * default), a silently wrong answer for a buffer holding False, while int()
  * and float() raised. jax.Array converts, so a Buffer does too. */
 
+#include "buffer.h"
+
 static PyObject* buffer_to_numpy(BufferObject* b, PyObject* unused); /* buffer_type.c */
 
 /* op(numpy value of b), or NULL with the exception. */

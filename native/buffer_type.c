@@ -237,16 +237,15 @@ static PyObject* buffer_repr(BufferObject* b) {
   if (b->state != BUF_LIVE) return PyUnicode_FromString("<Buffer deleted>");
   PyObject* meta = buffer_meta(b);
   PyObject* device = meta ? buffer_get_device(b, NULL) : NULL;
-  if (device == NULL) {
-    PyErr_Clear(); /* a closed client: say what is known */
-    return PyUnicode_FromFormat("<Buffer %s>", meta ? "" : "(metadata unavailable)");
-  }
+  if (device == NULL) PyErr_Clear(); /* a closed client: say what is known */
+  if (meta == NULL) return PyUnicode_FromString("<Buffer (metadata unavailable)>");
   PyObject* shape = PySequence_List(PyTuple_GetItem(meta, 0));
-  PyObject* text = shape ? PyUnicode_FromFormat("<Buffer %S%S on %R>", PyTuple_GetItem(meta, 1),
-                                                shape, device)
-                         : NULL;
+  PyObject* dtype = PyTuple_GetItem(meta, 1);
+  PyObject* text = shape == NULL ? NULL
+                   : device      ? PyUnicode_FromFormat("<Buffer %S%S on %R>", dtype, shape, device)
+                                 : PyUnicode_FromFormat("<Buffer %S%S, device unknown>", dtype, shape);
   Py_XDECREF(shape);
-  Py_DECREF(device);
+  Py_XDECREF(device);
   return text;
 }
 

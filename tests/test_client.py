@@ -65,6 +65,8 @@ def test_close_is_idempotent_and_use_after_close_raises(add_text: str) -> None:
     with pytest.raises(ValueError, match="closed"):
         exe.execute_async(buf, buf)
     assert "closed" in repr(c)
+    # What the buffer knows is still said (it used to be '<Buffer >').
+    assert repr(buf) == "<Buffer float64[2], device unknown>"
 
 
 def test_buffers_keep_the_client_alive(add_text: str) -> None:

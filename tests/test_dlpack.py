@@ -90,6 +90,16 @@ def test_consumers_share_the_buffers_memory(client: pjrt_py.Client, consumer: st
     assert tuple(y.shape) == (2, 3, 4)
 
 
+@pytest.mark.parametrize(
+    "consumer", ["to_jax", pytest.param("to_torch", marks=pytest.mark.needs_torch)]
+)
+def test_to_jax_and_to_torch_take_only_buffers(consumer: str) -> None:
+    # They used to fail inside with AttributeError ('ndarray' has no 'client').
+    for other in (np.ones(3, np.float32), [1.0, 2.0], None):
+        with pytest.raises(TypeError, match=f"{consumer} takes a pjrt_py Buffer"):
+            CONSUMERS[consumer](other)
+
+
 def test_dlpack_device_is_the_cpu(client: pjrt_py.Client) -> None:
     for device in client.addressable_devices:
         assert client.buffer(np.ones(2), device).__dlpack_device__() == (1, 0)

@@ -28,15 +28,16 @@ def to_torch(x: Buffer | BufferPromise) -> Any:
     Raises
     ------
     TypeError
-        If torch cannot take the buffer through DLPack (its dtype, say).
+        If ``x`` is not a Buffer or a promise of one, or torch cannot take
+        the buffer through DLPack (its dtype, say).
     ImportError
         If torch is not installed.
     PjrtError
         If the work that makes the buffer failed (its own error).
     """
+    buffer = _buffer_of(x, "to_torch")
     import torch
 
-    buffer = x.buffer() if isinstance(x, BufferPromise) else x
     try:
         return torch.utils.dlpack.from_dlpack(buffer)
     except PjrtError:
@@ -71,16 +72,17 @@ def to_jax(x: Buffer | BufferPromise) -> Any:
     Raises
     ------
     TypeError
-        If jax cannot take the buffer through DLPack (its dtype, say).
+        If ``x`` is not a Buffer or a promise of one, or jax cannot take the
+        buffer through DLPack (its dtype, say).
     ImportError
         If jax is not installed.
     PjrtError
         If the work that makes the buffer failed (its own error).
     """
+    buffer = _buffer_of(x, "to_jax")
     import jax
     import jax.numpy as jnp
 
-    buffer = x.buffer() if isinstance(x, BufferPromise) else x
     if buffer.dtype not in TO_DLPACK:  # int4 & co: DLPack has no code, so a copy
         return jax.device_put(buffer.to_numpy(), _jax_device(buffer))
     fast = _jax_import()
@@ -96,6 +98,18 @@ def to_jax(x: Buffer | BufferPromise) -> Any:
         raise  # the work that made the buffer failed: its own error
     except (BufferError, RuntimeError) as e:
         raise TypeError(f"jax cannot take a {buffer.dtype} buffer through DLPack: {e}") from e
+
+
+def _buffer_of(x: Any, what: str) -> Buffer:
+    """The Buffer ``x`` is or promises; TypeError for anything else."""
+    if isinstance(x, BufferPromise):
+        return x.buffer()
+    if not isinstance(x, Buffer):
+        raise TypeError(
+            f"{what} takes a pjrt_py Buffer or a promise of one, not {type(x).__name__} "
+            "(make one with client.buffer)"
+        )
+    return x
 
 
 def _jax_device(buffer: Buffer) -> Any:
