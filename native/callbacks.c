@@ -67,12 +67,24 @@ static void promise_notified(PromiseObject* p) {
   if (--p->watching == 0) promise_fire(p, 0);
 }
 
+/* promise_notified on a PJRT thread, inside the plugin's event callback.
+ * Waits without a bound are refused in the done callbacks run there
+ * (refuse_wait_in_callback), as in host callbacks: when every plugin worker
+ * ran a callback waiting for new work, none was left to run it, and
+ * effects_barrier() waited for the execution whose event ran the callback.
+ * (The staging notifier is pjrt_py's own thread: its callbacks may wait.) */
+static void promise_notified_on_pjrt_thread(PromiseObject* p) {
+  t_in_done_callback++;
+  promise_notified(p);
+  t_in_done_callback--;
+}
+
 /* With the GIL. */
 static void watch_notify(void* arg) {
   watch_record* r = (watch_record*)arg;
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb); /* the callback may fire inside a call with one set */
-  promise_notified(r->p);
+  promise_notified_on_pjrt_thread(r->p);
   Py_DECREF(r->p);
   PyErr_Restore(type, value, tb);
 }

@@ -100,6 +100,9 @@ static int pjrt_type_of(PyArray_Descr* descr);
  * a program. Waiting there without a bound for other work could wait for
  * the very plugin thread that is waiting (wait_event refuses). */
 static _Thread_local int t_in_host_callback = 0;
+/* How deep this thread is in promise done callbacks run by a PJRT thread
+ * (callbacks.c). The same holds there: the work waited for may need it. */
+static _Thread_local int t_in_done_callback = 0;
 
 static PyObject* hook_await;          /* promise -> awaitable */
 static PyObject* hook_callback_error; /* (fn, exception) -> None: reports it */

@@ -146,15 +146,19 @@ static void deadline_in(struct timespec* ts, long ns) {
   }
 }
 
-/* -1 with RuntimeError inside a host callback, where a wait without a bound
- * for work not ready may never end; else 0. */
-static int refuse_wait_in_host_callback(void) {
-  if (t_in_host_callback == 0) return 0;
-  PyErr_SetString(PyExc_RuntimeError,
-                  "cannot wait for a result that is not ready inside a host callback: the "
-                  "plugin thread running the callback may be the one that work needs, so the "
-                  "wait could never end. Dispatch (execute_async) and return, read results "
-                  "that are ready, or wait with a timeout");
+/* -1 with RuntimeError inside a host callback or a done callback run on a
+ * PJRT thread, where a wait without a bound for work not ready may never
+ * end; else 0. */
+static int refuse_wait_in_callback(void) {
+  if (t_in_host_callback == 0 && t_in_done_callback == 0) return 0;
+  PyErr_Format(PyExc_RuntimeError,
+               "cannot wait for a result that is not ready inside a %s: the "
+               "plugin thread running the callback may be the one that work needs, so the "
+               "wait could never end. %s, read results that are ready, or wait with a timeout",
+               t_in_host_callback ? "host callback" : "done callback",
+               t_in_host_callback ? "Dispatch (execute_async) and return"
+                                  : "Hand the work to another thread (a queue, an Event), "
+                                    "chain it with execute_async");
   return -1;
 }
 
@@ -164,7 +168,7 @@ static int refuse_wait_in_host_callback(void) {
 static int wait_event(const PJRT_Api* api, PJRT_Event* event, double timeout) {
   if (event_is_ready(api, event)) return 1;
   bool forever = timeout < 0 || isinf(timeout);
-  if (forever && refuse_wait_in_host_callback() < 0) return -1;
+  if (forever && refuse_wait_in_callback() < 0) return -1;
   long start = now_ns();
   double limit_ns = forever ? 0 : timeout * 1e9;
   long spin = g_spin_ns;

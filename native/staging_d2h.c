@@ -70,7 +70,7 @@ static int staged_promise_poll(PromiseObject* p) {
 static int staged_promise_wait(PromiseObject* p, double timeout) {
   struct staging_job* j = p->job;
   bool forever = timeout < 0;
-  if (forever && refuse_wait_in_host_callback() < 0) return -1;
+  if (forever && refuse_wait_in_callback() < 0) return -1;
   long start = now_ns();
   for (;;) {
     long slice = PJRT_PY_SLICE_NS;
@@ -120,7 +120,7 @@ static void d2h_release_with_gil(void* arg) {
   PromiseObject* watcher = j->notify;
   j->notify = NULL;
   if (watcher != NULL) {
-    promise_notified(watcher);
+    promise_notified(watcher); /* not a PJRT thread: its callbacks may wait */
     Py_DECREF(watcher);
   }
   BufferObject* b = j->b;

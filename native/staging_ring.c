@@ -52,12 +52,14 @@ static void staging_unhold(staging_ring* r) {
 }
 
 /* Whether a transfer of nbytes on c takes the staged path (as far as can be
- * told before the memory exists). With the GIL. Never inside a host callback:
+ * told before the memory exists). With the GIL. Never inside a host or done
+ * callback:
  * a staged copy may wait for ring memory that work blocked on the callback
  * holds. */
 static bool staging_wanted(pjrt_py_client* c, size_t nbytes) {
   staging_ring* r = c->staging;
-  if (r == NULL || r->mode == STAGING_OFF || nbytes < r->min_bytes || t_in_host_callback > 0)
+  if (r == NULL || r->mode == STAGING_OFF || nbytes < r->min_bytes || t_in_host_callback > 0 ||
+      t_in_done_callback > 0)
     return false;
   int state = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
   if (state == RING_FAILED) return false;
