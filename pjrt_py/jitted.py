@@ -149,7 +149,7 @@ class Jitted:
 
     def _leaf_specs(self, leaves: list[Any]) -> tuple[Any, ...]:
         """One hashable spec per leaf; converts leaves in place where JAX would."""
-        specs = []
+        specs: list[Any] = []
         for i, x in enumerate(leaves):
             t = type(x)
             if t is Buffer or t is BufferPromise:

@@ -117,10 +117,10 @@ def weak_scalar(value: bool | int | float | complex, dtype: np.dtype[Any], index
     else:
         allowed = kind == "c"
     if not allowed:
-        fits = _WEAK_FITS[type(value) if type(value) in _WEAK_FITS else complex]
+        kinds = _WEAK_FITS[type(value) if type(value) in _WEAK_FITS else complex]
         raise TypeError(
             f"argument {index}: a Python {type(value).__name__} ({value!r}) is not taken for "
-            f"a {dtype} parameter: by jax's weak typing it fits {fits} parameters only; "
+            f"a {dtype} parameter: by jax's weak typing it fits {kinds} parameters only; "
             f"pass a numpy {dtype} value"
         )
     with np.errstate(over="ignore"):  # a float too large for its dtype is inf, as in jax
