@@ -188,6 +188,63 @@ def test_ulp_distance_counts_representable_steps_across_zero() -> None:
     assert ulp_distance(bf[:1], bf[1:]).tolist() == [1]
 
 
+# Every float type a plugin computes in, as numpy and ml_dtypes have them:
+# numpy gives most of ml_dtypes' kind "V", and the 1-byte ones had no integer
+# view, so float8 was compared as integers or raised KeyError.
+NARROW_FLOATS = [
+    np.dtype(getattr(ml_dtypes, name))
+    for name in (
+        "bfloat16",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e4m3fnuz",
+        "float8_e5m2fnuz",
+        "float8_e4m3b11fnuz",
+        "float8_e4m3",
+        "float8_e3m4",
+        "float4_e2m1fn",
+    )
+    if hasattr(ml_dtypes, name)
+]
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float64), *NARROW_FLOATS], ids=str)
+def test_ulp_distance_and_rules_for_every_float_type(dtype: np.dtype) -> None:
+    info = ml_dtypes.finfo(dtype)
+    # The representable values from -max to max in order: each is 1 ulp from the next.
+    if dtype.itemsize == 1:
+        values = np.arange(256, dtype=np.uint8).view(dtype)
+        if info.bits == 4:
+            values = np.arange(16, dtype=np.uint8).view(dtype)
+        values = np.unique(values[np.isfinite(values.astype(np.float64))].astype(np.float64))
+        values = values.astype(dtype)
+    else:
+        tiny = np.array([0, 1, 2], np.uint64).astype({2: np.uint16, 8: np.uint64}[dtype.itemsize])
+        values = np.concatenate([-tiny[::-1].view(dtype)[:-1], tiny.view(dtype)])
+    steps = ulp_distance(values[:-1], values[1:])
+    assert steps.tolist() == [1] * (len(values) - 1), dtype
+    lowest, one = values[:1], np.ones(1, dtype)
+    assert ulp_distance(lowest, values[-1:]).tolist() == [len(values) - 1]
+    assert compare("close", one, np.nextafter(one.astype(np.float64), 2).astype(dtype)) is None
+    if np.isnan(np.array(np.nan, dtype).astype(np.float64)):
+        nan = np.array([np.nan], dtype)
+        assert compare("eq", nan, nan) is None
+        assert compare("almost_eq", nan, nan) is None
+        assert compare("eq", nan, one) is not None
+    assert compare("eq", np.zeros(1, dtype), -np.zeros(1, dtype)) is None
+    assert compare("almost_eq", one, one) is None
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float32), np.dtype(ml_dtypes.bfloat16)], ids=str)
+def test_an_infinity_is_almost_equal_only_to_itself(dtype: np.dtype) -> None:
+    inf, ninf = np.array([np.inf], dtype), np.array([-np.inf], dtype)
+    for got, want in [(5.0, np.inf), (0.0, -np.inf), (np.inf, -np.inf), (np.inf, 5.0)]:
+        result = compare("almost_eq", np.array([got], dtype), np.array([want], dtype))
+        assert result is not None, (got, want)  # tol * |inf| made every pair near
+    assert compare("almost_eq", inf, inf) is None
+    assert compare("almost_eq", ninf, ninf) is None
+
+
 def test_compare_rules_per_kind() -> None:
     x = np.array([1.0, 2.0], np.float32)
     near = x + np.float32(1e-5)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
@@ -34,7 +35,12 @@ DEFAULT_MAX_ULP = 3
 DEFAULT_MIN_ULP = 0
 SHOWN = 5  # differing elements kept per mismatch
 
-_INT_OF_WIDTH: dict[int, type[np.signedinteger[Any]]] = {2: np.int16, 4: np.int32, 8: np.int64}
+_UINT_OF_SIZE: dict[int, type[np.unsignedinteger[Any]]] = {
+    1: np.uint8,
+    2: np.uint16,
+    4: np.uint32,
+    8: np.uint64,
+}
 
 
 @dataclass
@@ -58,7 +64,34 @@ class Mismatch:
 
 
 def _is_float(dtype: np.dtype[Any]) -> bool:
-    return dtype.kind == "f" or dtype.name in ALMOST_EQ_TOLERANCE
+    """numpy's floats and ml_dtypes' (bfloat16, the float8s, float4_e2m1fn:
+    numpy gives most of these kind ``V``)."""
+    return dtype.kind == "f" or dtype.name.startswith(("float", "bfloat"))
+
+
+def _tolerance(dtype: np.dtype[Any]) -> float:
+    """``almost_eq``'s tolerance: the table's, else 1e-4 or two machine
+    epsilons, whichever is larger (the float8 and float4 types)."""
+    if dtype.name in ALMOST_EQ_TOLERANCE:
+        return ALMOST_EQ_TOLERANCE[dtype.name]
+    return max(1e-4, 2 * float(ml_dtypes.finfo(dtype).eps))
+
+
+def _sign_magnitude(a: npt.NDArray[Any]) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
+    """Each element's sign bit and the bits below it, as unsigned integers:
+    for IEEE-like formats the magnitude's bits count representable steps.
+    Sub-byte types sit in the low bits of their byte; float8_e8m0fnu has no
+    sign bit."""
+    raw = np.ascontiguousarray(a).view(_UINT_OF_SIZE[a.dtype.itemsize]).astype(np.uint64)
+    if a.dtype.kind == "f" and a.dtype.name in ("float16", "float32", "float64"):
+        width = 8 * a.dtype.itemsize
+    else:
+        info = ml_dtypes.finfo(a.dtype)
+        if float(info.min) > 0:  # unsigned: every bit counts steps
+            return np.zeros(raw.shape, bool), raw
+        width = int(info.bits)
+    sign = (raw >> np.uint64(width - 1)) & np.uint64(1)
+    return sign.astype(bool), raw & np.uint64((1 << (width - 1)) - 1)
 
 
 def _parts(a: npt.NDArray[Any]) -> list[npt.NDArray[Any]]:
@@ -72,14 +105,12 @@ def ulp_distance(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> npt.NDArray[n
     if got.dtype.kind == "c":
         parts = [ulp_distance(g, w) for g, w in zip(_parts(got), _parts(want), strict=True)]
         return np.maximum(parts[0], parts[1])
-    signed = _INT_OF_WIDTH[got.dtype.itemsize]
-    ordered = []
-    for a in (got, want):
-        bits = np.ascontiguousarray(a).view(signed).astype(np.int64)
-        sign_min = np.int64(-(2 ** (8 * got.dtype.itemsize - 1)))
-        ordered.append(np.where(bits < 0, sign_min - bits, bits).astype(np.uint64))
-    forward = ordered[0] - ordered[1]
-    distance: npt.NDArray[np.uint64] = np.minimum(forward, -forward)
+    (g_sign, g_mag), (w_sign, w_mag) = _sign_magnitude(got), _sign_magnitude(want)
+    # Same sign: the steps between the magnitudes; else through zero (+0 and
+    # -0 are 0 apart). Below 2**63 each, so the sum does not wrap.
+    distance: npt.NDArray[np.uint64] = np.where(
+        g_sign == w_sign, np.maximum(g_mag, w_mag) - np.minimum(g_mag, w_mag), g_mag + w_mag
+    )
     g_nan, w_nan = np.isnan(got.astype(np.float64)), np.isnan(want.astype(np.float64))
     distance = np.where(g_nan & w_nan, np.uint64(0), distance)
     return np.where(g_nan ^ w_nan, np.uint64(np.iinfo(np.uint64).max), distance)
@@ -99,10 +130,12 @@ def _equal(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> npt.NDArray[np.bool
 def _almost_equal(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
     same: npt.NDArray[np.bool_] = np.ones(got.shape, bool)
     for g, w in zip(_parts(got), _parts(want), strict=True):
-        tol = ALMOST_EQ_TOLERANCE.get(g.dtype.name, 1e-4)
+        tol = _tolerance(g.dtype)
         g64, w64 = g.astype(np.float64), w.astype(np.float64)
         with np.errstate(invalid="ignore"):
             near = np.abs(g64 - w64) <= tol + tol * np.abs(w64)
+        # tol * |inf| is inf: an infinity is near only itself (g64 == w64).
+        near &= np.isfinite(g64) & np.isfinite(w64)
         same &= near | (g64 == w64) | (np.isnan(g64) & np.isnan(w64))
     return same
 
