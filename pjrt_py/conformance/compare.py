@@ -74,7 +74,7 @@ def _tolerance(dtype: np.dtype[Any]) -> float:
     epsilons, whichever is larger (the float8 and float4 types)."""
     if dtype.name in ALMOST_EQ_TOLERANCE:
         return ALMOST_EQ_TOLERANCE[dtype.name]
-    return max(1e-4, 2 * float(ml_dtypes.finfo(dtype).eps))
+    return max(1e-4, 2 * float(ml_dtypes.finfo(dtype).eps))  # type: ignore[no-untyped-call]
 
 
 def _sign_magnitude(a: npt.NDArray[Any]) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.uint64]]:
@@ -86,7 +86,7 @@ def _sign_magnitude(a: npt.NDArray[Any]) -> tuple[npt.NDArray[np.bool_], npt.NDA
     if a.dtype.kind == "f" and a.dtype.name in ("float16", "float32", "float64"):
         width = 8 * a.dtype.itemsize
     else:
-        info = ml_dtypes.finfo(a.dtype)
+        info = ml_dtypes.finfo(a.dtype)  # type: ignore[no-untyped-call]
         if float(info.min) > 0:  # unsigned: every bit counts steps
             return np.zeros(raw.shape, bool), raw
         width = int(info.bits)
