@@ -9,11 +9,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .interop import jax_types
 from .interop.dlpack import HOST_DEVICES
-from .interop.foreign import Foreign, place
+from .interop.foreign import Foreign, is_foreign, place
 from .interop.frameworks import to_jax, to_torch
 from .runtime.buffer import Buffer
 from .runtime.dtypes import MLIR_NAMES
+from .runtime.promise import BufferPromise
 
 _MLIR = {dtype: name for name, dtype in MLIR_NAMES.items()}  # numpy dtype -> MLIR element
 
@@ -97,6 +99,70 @@ def convert_on_device(client: Any, source: Buffer, dtype: np.dtype[Any]) -> Buff
     )
     result: Buffer = convert.execute(source)
     return result
+
+
+def leaf_specs(
+    client_of: Callable[[], Any], leaves: list[Any], abstract_ok: bool = False
+) -> tuple[Any, ...]:
+    """One hashable spec per leaf of a call; converts leaves in place where
+    JAX would. ``client_of()`` gives the client (made on first need).
+
+    With ``abstract_ok`` (``lower``), a ``jax.ShapeDtypeStruct`` stands for
+    an array of its shape and dtype, as in jax's AOT API; a call needs data.
+    """
+    specs: list[Any] = []
+    for i, x in enumerate(leaves):
+        t = type(x)
+        if t is Buffer or t is BufferPromise:
+            buf = x if t is Buffer else x.buffer()
+            shape, dtype = buf._meta or buf._metadata()
+            wanted = jax_types.canonical(dtype)
+            if wanted != dtype:  # a 64-bit Buffer with x64 off: narrowed, as jax would
+                buf = convert_on_device(client_of(), buf, wanted)
+            leaves[i] = buf
+            specs.append((shape, wanted))
+        elif t in _SCALARS:
+            specs.append(t)  # weakly typed: the value is not part of the key
+        elif t is np.ndarray or isinstance(x, np.generic):
+            x = np.asarray(x)
+            dtype = jax_types.canonical(x.dtype)
+            if dtype != x.dtype:
+                x = x.astype(dtype)
+            leaves[i] = x
+            specs.append((x.shape, x.dtype))
+        elif jax_types.without_dlpack(x):  # int4 & co: no DLPack code, so a copy
+            leaves[i] = x = np.asarray(x)
+            specs.append((x.shape, x.dtype))
+        elif jax_types.is_key(x):  # typed PRNG keys: the program takes their data
+            import jax
+
+            leaves[i] = Foreign(jax.random.key_data(x), client_of())
+            specs.append((x.shape, x.dtype))
+        elif is_foreign(x):  # jax, torch, ...: taken through DLPack
+            weak = jax_types.is_weak(x)  # traced weak, as jax traces it
+            foreign = Foreign(x, client_of())
+            dtype = jax_types.canonical(foreign.dtype)
+            if dtype != foreign.dtype:  # as JAX would: narrowed, so copied
+                leaves[i] = narrowed(client_of(), foreign, dtype)
+            else:
+                leaves[i] = foreign
+            specs.append((foreign.shape, dtype, True) if weak else (foreign.shape, dtype))
+        elif t.__name__ == "ShapeDtypeStruct" and t.__module__.startswith("jax"):
+            if not abstract_ok:
+                raise TypeError(
+                    f"leaf {i} is a jax.ShapeDtypeStruct: it describes an argument for "
+                    "lower(), a call needs its data"
+                )
+            dtype = jax_types.canonical(np.dtype(x.dtype))
+            shape = tuple(x.shape)
+            specs.append((shape, dtype, True) if x.weak_type else (shape, dtype))
+        else:
+            raise TypeError(
+                f"pjrt_py.jit argument of type {t.__name__}: expected pjrt_py "
+                f"Buffers, promises, numpy arrays, Python/numpy scalars or DLPack "
+                f"producers (jax, torch, ...)"
+            )
+    return tuple(specs)
 
 
 def _meta(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:

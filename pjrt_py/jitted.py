@@ -13,19 +13,15 @@ import types
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from .callbacks import host_callback
 from .callbacks import jax_callbacks as _jax_callbacks
 from .defaults import default_client
 from .interop import jax_types as _jax_types
-from .interop.foreign import Foreign, is_foreign
 from .interop.frameworks import to_jax
-from .jit_args import _SCALARS, _absolute_argnums, _Call, convert_on_device, narrowed
+from .jit_args import _SCALARS, _absolute_argnums, _Call, leaf_specs
 from .lowered import Lowered
 from .programs.executable import Executable
 from .runtime.buffer import Buffer
-from .runtime.promise import BufferPromise
 
 if TYPE_CHECKING:
     from .client import Client
@@ -147,56 +143,13 @@ class Jitted:
             raise TypeError(f"static arguments must be hashable: {e}") from None
         return dyn, dyn_kw, static
 
-    def _leaf_specs(self, leaves: list[Any]) -> tuple[Any, ...]:
-        """One hashable spec per leaf; converts leaves in place where JAX would."""
-        specs: list[Any] = []
-        for i, x in enumerate(leaves):
-            t = type(x)
-            if t is Buffer or t is BufferPromise:
-                buf = x if t is Buffer else x.buffer()
-                shape, dtype = buf._meta or buf._metadata()
-                wanted = _jax_types.canonical(dtype)
-                if wanted != dtype:  # a 64-bit Buffer with x64 off: narrowed, as jax would
-                    buf = convert_on_device(self.client, buf, wanted)
-                leaves[i] = buf
-                specs.append((shape, wanted))
-            elif t in _SCALARS:
-                specs.append(t)  # weakly typed: the value is not part of the key
-            elif t is np.ndarray or isinstance(x, np.generic):
-                x = np.asarray(x)
-                dtype = _jax_types.canonical(x.dtype)
-                if dtype != x.dtype:
-                    x = x.astype(dtype)
-                leaves[i] = x
-                specs.append((x.shape, x.dtype))
-            elif _jax_types.without_dlpack(x):  # int4 & co: no DLPack code, so a copy
-                leaves[i] = x = np.asarray(x)
-                specs.append((x.shape, x.dtype))
-            elif _jax_types.is_key(x):  # typed PRNG keys: the program takes their data
-                leaves[i] = Foreign(_jax().random.key_data(x), self.client)
-                specs.append((x.shape, x.dtype))
-            elif is_foreign(x):  # jax, torch, ...: taken through DLPack
-                weak = _jax_types.is_weak(x)  # traced weak, as jax traces it
-                foreign = Foreign(x, self.client)
-                dtype = _jax_types.canonical(foreign.dtype)
-                if dtype != foreign.dtype:  # as JAX would: narrowed, so copied
-                    leaves[i] = narrowed(self.client, foreign, dtype)
-                else:
-                    leaves[i] = foreign
-                specs.append((foreign.shape, dtype, True) if weak else (foreign.shape, dtype))
-            else:
-                raise TypeError(
-                    f"pjrt_py.jit argument of type {t.__name__}: expected pjrt_py "
-                    f"Buffers, promises, numpy arrays, Python/numpy scalars or DLPack "
-                    f"producers (jax, torch, ...)"
-                )
-        return tuple(specs)
-
-    def _flatten_call(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Call:
+    def _flatten_call(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], abstract_ok: bool = False
+    ) -> _Call:
         """Split off the static arguments and flatten the rest (leaves converted)."""
         dyn, dyn_kw, static = self._split(args, kwargs)
         leaves, treedef = _flatten((dyn, dyn_kw))
-        specs = self._leaf_specs(leaves)
+        specs = leaf_specs(lambda: self.client, leaves, abstract_ok)
         return _Call(args, kwargs, dyn, dyn_kw, static, leaves, treedef, specs)
 
     def _entry(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, list[Any]]:
@@ -325,7 +278,7 @@ class Jitted:
             If a static argument is not hashable, or an argument is of a type
             ``jit`` cannot take.
         """
-        return self._lower(self._flatten_call(args, kwargs))
+        return self._lower(self._flatten_call(args, kwargs, abstract_ok=True))
 
     # -- calls --------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -97,3 +97,29 @@ def test_a_jit_method_is_bound_to_its_instance() -> None:
     np.testing.assert_array_equal(_Scaled.apply(_Scaled(2.0), x).to_numpy(), 2 * x)
     assert isinstance(_Scaled.__dict__["apply"], pjrt_py.Jitted)
     assert _Scaled.apply.cache_size() == 3  # one per static instance value
+
+
+def test_lower_takes_shape_dtype_structs_as_jax_does(client: pjrt_py.Client) -> None:
+    def f(x: Any, params: dict[str, Any]) -> Any:
+        return x @ params["w"] + params["b"]
+
+    spec = {
+        "w": jax.ShapeDtypeStruct((4, 3), np.float32),
+        "b": jax.ShapeDtypeStruct((3,), np.float32),
+    }
+    fn = pjrt_py.jit(f, client=client)
+    lowered = fn.lower(jax.ShapeDtypeStruct((2, 4), np.float32), spec)
+    assert (
+        lowered.as_text()
+        == fn.lower(
+            np.ones((2, 4), np.float32),
+            {"w": np.ones((4, 3), np.float32), "b": np.ones(3, np.float32)},
+        ).as_text()
+    )
+    compiled = lowered.compile()
+    x, w, b = (np.arange(8.0).reshape(2, 4), np.ones((4, 3)), np.arange(3.0))
+    x, w, b = (a.astype(np.float32) for a in (x, w, b))
+    np.testing.assert_allclose(compiled.execute(x, b, w).to_numpy(), x @ w + b)
+    assert fn.cache_size() == 0  # lower() neither reads nor fills the cache
+    with pytest.raises(TypeError, match="describes an argument for lower"):
+        fn(jax.ShapeDtypeStruct((2, 4), np.float32), spec)
