@@ -144,16 +144,27 @@ def _record(category: str, name: str, start: float, args: dict[str, Any]) -> Non
         recorder.add(event)
 
 
+# The span categories open on this thread: a call inside another of its
+# category (execute's own execute_async, to_numpy's to_numpy_async) is part
+# of the outer span, not a second one.
+_open = threading.local()
+
+
 def _span(category: str, label: Callable[..., tuple[str, dict[str, Any]]]) -> Callable[..., Any]:
     """A decorator making a method record a span: ``label(*args)`` names it."""
 
     def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
         def recording(*args: Any, **kwargs: Any) -> Any:
+            opened: set[str] = _open.__dict__.setdefault("categories", set())
+            if category in opened:
+                return method(*args, **kwargs)
+            opened.add(category)
             start = time.perf_counter_ns()
             try:
                 return method(*args, **kwargs)
             finally:
+                opened.discard(category)
                 try:
                     name, detail = label(*args)
                 except Exception:  # a label must never change the call's outcome
