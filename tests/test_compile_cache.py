@@ -254,6 +254,11 @@ def test_bad_cache_settings_raise(tmp_path: Path, monkeypatch) -> None:  # type:
     monkeypatch.setenv("PJRT_PY_CACHE_MAX_BYTES", "lots")
     with pytest.raises(ValueError, match="PJRT_PY_CACHE_MAX_BYTES"):
         pjrt_py.Client(cache_dir=tmp_path)
+    monkeypatch.delenv("PJRT_PY_CACHE_MAX_BYTES")
+    a_file = tmp_path / "a_file"
+    a_file.write_bytes(b"")
+    with pytest.raises(NotADirectoryError, match="is not a directory"):  # was FileExistsError
+        pjrt_py.Client(cache_dir=a_file)
 
 
 @NEEDS_NEWER_PLUGIN

@@ -134,6 +134,8 @@ class DiskCache:
         if not os.fspath(directory):
             raise ValueError("cache_dir must name a directory, got '' (use False for no cache)")
         self.directory = Path(directory).expanduser()
+        if self.directory.exists() and not self.directory.is_dir():  # mkdir: FileExistsError
+            raise NotADirectoryError(f"cache_dir {str(self.directory)!r} is not a directory")
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self.hits = 0
