@@ -132,10 +132,16 @@ static PyObject* buffer_copy_to_device(BufferObject* b, PyObject* device) {
   return promise_waited(buffer_copy_to_device_async(b, device));
 }
 
-/* Without the GIL, b pinned: XLA's CPU client answers for a buffer whose
- * execution has not started by waiting for it. */
+/* Without the GIL, b pinned: XLA's CPU client waits for a buffer whose work has
+ * not run; in a host or done callback block_until_ready refuses that wait. */
 static PyObject* buffer_unsafe_pointer(BufferObject* b, PyObject* unused) {
   (void)unused;
+  if ((t_in_host_callback > 0 || t_in_done_callback > 0) && b->state == BUF_LIVE &&
+      !buffer_ready_ok(b)) {
+    PyObject* ready = buffer_block_until_ready(b, NULL);
+    if (ready == NULL) return NULL;
+    Py_DECREF(ready);
+  }
   if (buffer_pin(b) < 0) return NULL;
   pjrt_py_client* c = b->c;
   client_enter_checked(c); /* b is live: c takes work */

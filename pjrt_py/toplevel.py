@@ -228,7 +228,11 @@ def to_numpy(x: Buffer | BufferPromise) -> Any:
     PjrtError
         The error of the work that made the buffer, or of the copy, if it failed.
     """
-    return to_numpy_async(x).value()
+    if isinstance(x, (Buffer, BufferPromise)):
+        # The methods' own path: a ready host buffer is read in place, with
+        # no copy to wait for (which a done callback may not do).
+        return x.to_numpy()
+    return to_numpy_async(x).value()  # its TypeError
 
 
 def to_numpy_async(x: Buffer | BufferPromise) -> ArrayPromise:

@@ -47,6 +47,11 @@ def test_a_done_callback_may_not_wait_for_unready_work_or_the_barrier(
                 except RuntimeError as e:
                     seen[name] = str(e)
             seen["bounded"] = short().value(timeout=60)  # a timeout bounds the wait
+            try:  # the CPU plugin waits inside this call for work not yet run
+                more().buffer().unsafe_pointer()
+            except RuntimeError as e:
+                seen["pointer"] = str(e)
+            seen["read"] = pjrt_py.to_numpy(seen["bounded"])  # ready: read in place
         finally:
             finished.set()
 
@@ -63,6 +68,8 @@ def test_a_done_callback_may_not_wait_for_unready_work_or_the_barrier(
     assert "cannot wait for a result that is not ready inside a done callback" in seen["wait"]
     assert "effects_barrier() inside a done callback" in seen["barrier"]
     assert seen["bounded"].shape == (256, 256)
+    assert "inside a done callback" in seen["pointer"]
+    np.testing.assert_array_equal(seen["read"], seen["bounded"].to_numpy())
     pjrt_py.effects_barrier()  # outside a callback, the barrier ends
 
 
