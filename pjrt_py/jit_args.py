@@ -89,7 +89,8 @@ def narrowed(client: Any, foreign: Foreign, dtype: np.dtype[Any]) -> Any:
 
 
 def convert_on_device(client: Any, source: Buffer, dtype: np.dtype[Any]) -> Buffer:
-    """``source`` converted to ``dtype`` by a program on its own device."""
+    """``source`` converted to ``dtype`` by a program on its own device,
+    dispatched without waiting (the result may still be computing)."""
     dims = "".join(f"{d}x" for d in source.shape)
     given, wanted = f"tensor<{dims}{_MLIR[source.dtype]}>", f"tensor<{dims}{_MLIR[dtype]}>"
     convert = client.compile(
@@ -97,8 +98,23 @@ def convert_on_device(client: Any, source: Buffer, dtype: np.dtype[Any]) -> Buff
         f"  %y = stablehlo.convert %x : ({given}) -> {wanted}\n  return %y : {wanted}\n}}",
         device=source.device,
     )
-    result: Buffer = convert.execute(source)
+    result: Buffer = convert.execute_async(source).buffer()
     return result
+
+
+def _checked(buf: Buffer, client: Any, index: int) -> Buffer:
+    """A Buffer to narrow, checked as an argument is, so that what is wrong
+    with it is said of the argument, not of the convert program."""
+    if buf.client is not client:
+        raise ValueError(f"argument {index}: buffer belongs to another client")
+    if buf.is_deleted:
+        raise ValueError(f"argument {index}: buffer has been deleted or donated")
+    if buf.memory != buf.device.default_memory:
+        raise ValueError(
+            f"argument {index} is in {buf.memory.kind!r} memory; programs read it from "
+            f"{buf.device.default_memory.kind!r} memory (copy it with copy_to_memory)"
+        )
+    return buf
 
 
 def leaf_specs(
@@ -118,7 +134,7 @@ def leaf_specs(
             shape, dtype = buf._meta or buf._metadata()
             wanted = jax_types.canonical(dtype)
             if wanted != dtype:  # a 64-bit Buffer with x64 off: narrowed, as jax would
-                buf = convert_on_device(client_of(), buf, wanted)
+                buf = convert_on_device(client_of(), _checked(buf, client_of(), i), wanted)
             leaves[i] = buf
             specs.append((shape, wanted))
         elif t in _SCALARS:

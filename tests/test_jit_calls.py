@@ -123,3 +123,51 @@ def test_lower_takes_shape_dtype_structs_as_jax_does(client: pjrt_py.Client) -> 
     assert fn.cache_size() == 0  # lower() neither reads nor fills the cache
     with pytest.raises(TypeError, match="describes an argument for lower"):
         fn(jax.ShapeDtypeStruct((2, 4), np.float32), spec)
+
+
+def test_narrowing_a_pending_buffer_does_not_wait_for_it(
+    client: pjrt_py.Client, x64: Callable[[bool], None]
+) -> None:
+    from conftest import slow_work
+
+    x64(False)
+    widen = client.compile(
+        "func.func @main(%x: tensor<256x256xf32>) -> tensor<256x256xf64> {\n"
+        "  %y = stablehlo.convert %x : (tensor<256x256xf32>) -> tensor<256x256xf64>\n"
+        "  return %y : tensor<256x256xf64>\n}"
+    )
+    fn = pjrt_py.jit(lambda x: x[0, :4] * 2, client=client)
+    fn(client.buffer(np.ones((256, 256))))  # compiled: the next call only dispatches
+    work = slow_work(client, 1.0)
+    for _ in range(5):  # the CPU plugin now and then runs the work inline
+        pending = widen.execute_async(work())
+        out = fn(pending)
+        if not pending.is_ready():
+            break  # the call returned while its input was still computing
+    else:
+        pytest.fail("each call waited for its 64-bit input to be computed")
+    assert out.dtype == np.float32
+    expected = np.asarray(jax.jit(lambda x: x[0, :4] * 2)(pending.to_numpy()))
+    np.testing.assert_array_equal(out.to_numpy(), expected)
+
+
+def test_a_64_bit_buffer_that_cannot_be_narrowed_says_which_argument(
+    client: pjrt_py.Client, x64: Callable[[bool], None]
+) -> None:
+    x64(False)
+    fn = pjrt_py.jit(lambda x: x + 1, client=client)
+    other = pjrt_py.Client()
+    try:
+        with pytest.raises(ValueError, match="argument 0: buffer belongs to another client"):
+            fn(other.buffer(np.ones(3)))
+    finally:
+        other.close()
+    kinds = [m.kind for m in client.devices[0].memories]
+    if "pinned_host" in kinds:
+        pinned = client.buffer(np.ones(3)).copy_to_memory("pinned_host")
+        with pytest.raises(ValueError, match="argument 0 is in 'pinned_host' memory"):
+            fn(pinned)
+    dead = client.buffer(np.ones(3))
+    dead.delete()
+    with pytest.raises(ValueError, match="argument 0: buffer has been deleted"):
+        fn(dead)
