@@ -132,7 +132,7 @@ static PyObject* hc_operands(const hc_frame* frame, PyObject* guard, int tokens_
     if (descr == NULL) {
       PyErr_Format(PyExc_TypeError,
                    "host callback %R: operand %lld has XLA element type %d, which has no numpy "
-                   "dtype",
+                   "dtype here (packed sub-byte types, int4 to float4_e2m1fn, are refused)",
                    name, (long long)i, b->dtype);
       Py_CLEAR(args);
       break;
@@ -165,7 +165,8 @@ static int hc_store(const hc_buffer* r, PyObject* value, Py_ssize_t i, PyObject*
   PyObject* descr = hc_descr(r->dtype);
   if (descr == NULL) {
     PyErr_Format(PyExc_TypeError,
-                 "host callback %R: result %zd has XLA element type %d, which has no numpy dtype",
+                 "host callback %R: result %zd has XLA element type %d, which has no numpy dtype "
+                 "here (packed sub-byte types, int4 to float4_e2m1fn, are refused)",
                  name, i, r->dtype);
     return -1;
   }

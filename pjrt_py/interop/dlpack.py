@@ -269,9 +269,15 @@ def numpy_dtype(tensor: Any, source: str) -> np.dtype[Any]:
     code, bits, lanes = tensor.dtype
     dtype = FROM_DLPACK.get((code, bits))
     if dtype is None or lanes != 1:
+        why = (
+            "it is packed, and pjrt_py takes sub-byte types through numpy only "
+            "(np.asarray(x) first)"
+            if bits < 8 and lanes == 1
+            else "it has no PJRT element type"
+        )
         raise TypeError(
             f"pjrt_py cannot take a {source} of dtype {dlpack_type_name(code, bits, lanes)} "
-            f"(DLPack code {code}, {bits} bits, {lanes} lanes): it has no PJRT element type"
+            f"(DLPack code {code}, {bits} bits, {lanes} lanes): {why}"
         )
     return dtype
 
