@@ -45,6 +45,15 @@ def test_buffers_and_chained_promises_are_arguments(client: pjrt_py.Client) -> N
     np.testing.assert_array_equal(exe.execute(p, p).to_numpy(), np.full(5, 4, np.float32))
 
 
+def test_a_specialization_keeps_the_parameter_names(client: pjrt_py.Client) -> None:
+    # Shape refinement prints them %arg0, %arg1: errors named those instead.
+    exe = client.compile(ADD_DYNAMIC)
+    names = [s.name for s in exe.input_signature]
+    assert [s.name for s in exe.specialize(*[np.ones(7, np.float32)] * 2).input_signature] == names
+    with pytest.raises(TypeError, match=f"Argument '{names[0]}' compiled with float32"):
+        exe.execute(np.ones(3, np.int32), np.ones(3, np.int32))
+
+
 def test_bounds_are_honoured(client: pjrt_py.Client) -> None:
     exe = client.compile(BOUNDED)
     x = np.arange(12, dtype=np.float32).reshape(4, 3)

@@ -42,6 +42,7 @@ import itertools
 import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -317,6 +318,13 @@ class DynamicExecutable:
             values = self._values(args, self._dimension_args)
             exe = self._recompile(specialize(self._text, shapes, values), **self._kwargs)
             self._by_value = self._dimension_args
+        # Refinement prints the parameters as %arg0, %arg1: the names the
+        # dynamic program gave them are the ones its callers know.
+        if exe._signature is not None and len(exe._signature) == len(self.input_signature):
+            exe._signature = [
+                replace(spec, name=named.name) if named.name else spec
+                for spec, named in zip(exe._signature, self.input_signature, strict=True)
+            ]
         self._specialized[self._keyed(shapes, values)] = exe
         return exe
 
