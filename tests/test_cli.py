@@ -110,6 +110,21 @@ def test_run_reports_errors_cleanly(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_run_refuses_a_program_over_several_devices(tmp_path: Path) -> None:
+    if len(pjrt_py_lib.default_client().devices) < 2:
+        pytest.skip("needs a plugin with two devices")
+    program = tmp_path / "two.mlir"
+    program.write_text(
+        "module @two attributes {mhlo.num_replicas = 2 : i32} {\n"
+        + ADD_F32_8.replace("func.func @main", "func.func public @main")
+        + "}\n"
+    )
+    result = pjrt_py("run", str(program))
+    # It said to call execute_sharded(), which a command line cannot.
+    assert result.returncode == 2 and "runs on 2 devices" in result.stderr, result.stderr
+    assert "pjrt-py run runs one-device programs" in result.stderr
+
+
 def test_version_help_and_exit_codes() -> None:
     version = pjrt_py("--version")
     assert (

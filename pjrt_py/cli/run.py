@@ -29,6 +29,14 @@ def command(args: argparse.Namespace) -> int:
             exe = client.compile(program, isolate=True)
         except ProgramError as e:  # its diagnostics, named after the file
             raise rename(e, "<stdin>" if args.program == "-" else args.program) from None
+        if len(exe.devices) > 1:  # the Python API's execute_sharded takes one list per device
+            print(
+                f"error: the program runs on {len(exe.devices)} devices (its mhlo.num_replicas "
+                "and mhlo.num_partitions); pjrt-py run runs one-device programs: from Python, "
+                "call Executable.execute_sharded() with one argument list per device",
+                file=sys.stderr,
+            )
+            return 2
         # bf16 / float8 .npy files hold raw bytes: the program says what they are.
         specs = exe.input_signature or []
         inputs = [
