@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -576,3 +577,31 @@ def test_a_callback_that_pulls_the_rug_gets_errors_not_crashes(hostile: str) -> 
     # ends; closing the client makes its outputs unusable at once.
     want = "error ValueError" if "close" in hostile else "ran (128, 128)"
     assert lines[0] == want
+
+
+def test_loading_a_program_whose_callback_is_not_registered_here_says_so(
+    client: pjrt_py.Client, tmp_path: Path
+) -> None:
+    # Serialized in one process, loaded in a fresh one before its callback is
+    # registered: the plugin's NotFoundError, raw bytes included (those said
+    # the bytes came from another plugin build).
+    program = unary("made_elsewhere", "tensor<3xf32>")
+    writer = f"""
+        import pjrt_py
+        pjrt_py.register_callback("made_elsewhere", lambda x: x)
+        exe = pjrt_py.default_client().compile({program!r})
+        open({str(tmp_path / "env.bin")!r}, "wb").write(exe.serialize())
+        open({str(tmp_path / "raw.bin")!r}, "wb").write(exe.serialize(raw=True))
+        """
+    assert run_python(writer).returncode == 0
+    reader = f"""
+        import pjrt_py
+        c = pjrt_py.default_client()
+        for name, raw in (("env.bin", False), ("raw.bin", True)):
+            try:
+                c.deserialize(open({str(tmp_path)!r} + "/" + name, "rb").read(), raw=raw)
+            except pjrt_py.NotFoundError as e:
+                print(name, "made_elsewhere" in str(e))
+        """
+    result = run_python(reader)
+    assert result.stdout.split() == ["env.bin", "True", "raw.bin", "True"], result.stderr[-2000:]

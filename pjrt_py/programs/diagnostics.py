@@ -121,6 +121,12 @@ _NOT_FOUND = re.compile(
 )
 
 
+def missing_handler(error: PjrtError) -> bool:
+    """Whether ``error`` is the plugin's word for a custom call with no
+    handler registered (a host callback not registered in this process)."""
+    return _NOT_FOUND.search(str(error)) is not None
+
+
 def explain_compile_error(client: RuntimeClient, error: PjrtError) -> Exception:
     """The error to raise for a compile's ``NotFound``: an UnsupportedError
     when the target was registered through pjrt_py (the plugin refused the
@@ -140,4 +146,11 @@ def explain_compile_error(client: RuntimeClient, error: PjrtError) -> Exception:
     )
 
 
-__all__ = ["explain_compile_error", "from_plugin", "missing_main", "rename", "render"]
+__all__ = [
+    "explain_compile_error",
+    "from_plugin",
+    "missing_handler",
+    "missing_main",
+    "rename",
+    "render",
+]
