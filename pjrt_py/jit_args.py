@@ -13,6 +13,7 @@ from .interop import jax_types
 from .interop.dlpack import HOST_DEVICES
 from .interop.foreign import Foreign, is_foreign, place
 from .interop.frameworks import to_jax, to_torch
+from .programs.arguments import check_memory, own_buffer
 from .runtime.buffer import Buffer
 from .runtime.dtypes import MLIR_NAMES
 from .runtime.promise import BufferPromise
@@ -105,15 +106,8 @@ def convert_on_device(client: Any, source: Buffer, dtype: np.dtype[Any]) -> Buff
 def _checked(buf: Buffer, client: Any, index: int) -> Buffer:
     """A Buffer to narrow, checked as an argument is, so that what is wrong
     with it is said of the argument, not of the convert program."""
-    if buf.client is not client:
-        raise ValueError(f"argument {index}: buffer belongs to another client")
-    if buf.is_deleted:
-        raise ValueError(f"argument {index}: buffer has been deleted or donated")
-    if buf.memory != buf.device.default_memory:
-        raise ValueError(
-            f"argument {index} is in {buf.memory.kind!r} memory; programs read it from "
-            f"{buf.device.default_memory.kind!r} memory (copy it with copy_to_memory)"
-        )
+    own_buffer(buf, client, index)
+    check_memory(buf, buf.device.default_memory, f"argument {index}")
     return buf
 
 

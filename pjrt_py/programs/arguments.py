@@ -44,6 +44,27 @@ if TYPE_CHECKING:
 _PY_SCALARS = (bool, int, float, complex)
 
 
+def own_buffer(arg: Buffer, client: Any, index: int) -> Buffer:
+    """``arg``, checked to be a live Buffer of ``client`` (argument ``index``)."""
+    if arg.client is not client:
+        raise ValueError(f"argument {index}: buffer belongs to another client")
+    try:
+        arg._metadata()  # raises if the buffer is dead
+    except ValueError as e:
+        raise ValueError(f"argument {index}: {e}") from None
+    return arg
+
+
+def check_memory(buffer: Buffer, memory: Any, label: str) -> None:
+    """ValueError where ``buffer`` is not in ``memory``, the one a program
+    reads it from: no implicit copy between memories (docs/devices.md)."""
+    if buffer.memory is not memory:
+        raise ValueError(
+            f"{label} is in {buffer.memory.kind!r} memory; the program reads it from "
+            f"{memory.kind!r} memory (copy it with copy_to_memory({memory.kind!r}))"
+        )
+
+
 def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
     """A Buffer of ours, a numpy array to transfer, or another framework's
     array taken through DLPack (placed once every argument passed), for one
@@ -51,13 +72,7 @@ def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
     if isinstance(arg, BufferPromise):
         arg = arg.buffer()
     if isinstance(arg, Buffer):
-        if arg.client is not exe.client:
-            raise ValueError(f"argument {index}: buffer belongs to another client")
-        try:
-            arg._metadata()  # raises if the buffer is dead
-        except ValueError as e:
-            raise ValueError(f"argument {index}: {e}") from None
-        return arg
+        return own_buffer(arg, exe.client, index)
     # numpy scalars first: np.float64 and np.complex128 subclass Python's
     # float and complex, but are typed values that must match exactly.
     if isinstance(arg, (np.ndarray, np.generic)):
@@ -199,12 +214,8 @@ def checked_row(
             )
         # Decision (docs/devices.md): no implicit copy between memories either,
         # as jax's compiled programs refuse an input of another memory kind.
-        if isinstance(r, Buffer) and memory is not None and r.memory is not memory:
-            raise ValueError(
-                f"{exe.name}: argument {i}{where} is in {r.memory.kind!r} memory; the program "
-                f"reads it from {memory.kind!r} memory (copy it with "
-                f"copy_to_memory({memory.kind!r}))"
-            )
+        if isinstance(r, Buffer) and memory is not None:
+            check_memory(r, memory, f"{exe.name}: argument {i}{where}")
     placed = [
         _place(exe, r, device, None if memory is default else memory)
         for r, memory in zip(resolved, wants, strict=True)
