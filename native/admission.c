@@ -30,7 +30,8 @@
 /* 0 if a dispatch on `c` may go ahead; -1 with RuntimeError if this thread
  * runs a host callback and the dispatch could wait for a slot. With the GIL. */
 static int dispatch_admit(pjrt_py_client* c) {
-  if (t_in_host_callback == 0 && t_in_done_callback == 0) return 0;
+  const char* inside = callback_on_pjrt_thread();
+  if (inside == NULL) return 0;
   long in_flight = completion_running(c) + c->calls;
   if (in_flight < PJRT_PY_INFLIGHT_LIMIT) return 0;
   PyErr_Format(PyExc_RuntimeError,
@@ -38,7 +39,6 @@ static int dispatch_admit(pjrt_py_client* c) {
                "in flight on this client: the plugin admits %d per device and would make this "
                "dispatch wait for one to finish, which may need this very callback to return. "
                "Dispatch after the callback returns, or keep fewer executions in flight",
-               t_in_host_callback ? "host callback" : "done callback", in_flight,
-               PJRT_PY_INFLIGHT_LIMIT);
+               inside, in_flight, PJRT_PY_INFLIGHT_LIMIT);
   return -1;
 }

@@ -136,8 +136,7 @@ static PyObject* buffer_copy_to_device(BufferObject* b, PyObject* device) {
  * not run; in a host or done callback block_until_ready refuses that wait. */
 static PyObject* buffer_unsafe_pointer(BufferObject* b, PyObject* unused) {
   (void)unused;
-  if ((t_in_host_callback > 0 || t_in_done_callback > 0) && b->state == BUF_LIVE &&
-      !buffer_ready_ok(b)) {
+  if (callback_on_pjrt_thread() != NULL && b->state == BUF_LIVE && !buffer_ready_ok(b)) {
     PyObject* ready = buffer_block_until_ready(b, NULL);
     if (ready == NULL) return NULL;
     Py_DECREF(ready);

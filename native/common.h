@@ -104,6 +104,13 @@ static _Thread_local int t_in_host_callback = 0;
  * (callbacks.c). The same holds there: the work waited for may need it. */
 static _Thread_local int t_in_done_callback = 0;
 
+/* The callback this thread runs Python in on a PJRT thread, where a wait
+ * without a bound may wait for itself: "host callback", "done callback", or
+ * NULL for neither. */
+static inline const char* callback_on_pjrt_thread(void) {
+  return t_in_host_callback ? "host callback" : t_in_done_callback ? "done callback" : NULL;
+}
+
 static PyObject* hook_await;          /* promise -> awaitable */
 static PyObject* hook_callback_error; /* (fn, exception) -> None: reports it */
 

@@ -168,11 +168,11 @@ static int barrier_wait_slice(pjrt_py_client* c, long closed) {
 static PyObject* core_effects_barrier(PyObject* self, PyObject* unused) {
   (void)self;
   (void)unused;
-  if (t_in_host_callback > 0 || t_in_done_callback > 0) /* it would wait for itself */
+  const char* inside = callback_on_pjrt_thread(); /* it would wait for itself */
+  if (inside != NULL)
     return PyErr_Format(PyExc_RuntimeError,
                         "effects_barrier() inside a %s would wait for the execution "
-                        "that runs the callback",
-                        t_in_host_callback ? "host callback" : "done callback");
+                        "that runs the callback", inside);
   /* Take a reference on each client, under the registry lock, so that a
    * concurrent close() or the reaper cannot free one while this waits. */
   size_t n = 0, cap = 8;

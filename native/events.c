@@ -150,12 +150,13 @@ static void deadline_in(struct timespec* ts, long ns) {
  * PJRT thread, where a wait without a bound for work not ready may never
  * end; else 0. */
 static int refuse_wait_in_callback(void) {
-  if (t_in_host_callback == 0 && t_in_done_callback == 0) return 0;
+  const char* inside = callback_on_pjrt_thread();
+  if (inside == NULL) return 0;
   PyErr_Format(PyExc_RuntimeError,
                "cannot wait for a result that is not ready inside a %s: the "
                "plugin thread running the callback may be the one that work needs, so the "
                "wait could never end. %s, read results that are ready, or wait with a timeout",
-               t_in_host_callback ? "host callback" : "done callback",
+               inside,
                t_in_host_callback ? "Dispatch (execute_async) and return"
                                   : "Hand the work to another thread (a queue, an Event), "
                                     "chain it with execute_async");

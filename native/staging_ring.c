@@ -58,8 +58,8 @@ static void staging_unhold(staging_ring* r) {
  * holds. */
 static bool staging_wanted(pjrt_py_client* c, size_t nbytes) {
   staging_ring* r = c->staging;
-  if (r == NULL || r->mode == STAGING_OFF || nbytes < r->min_bytes || t_in_host_callback > 0 ||
-      t_in_done_callback > 0)
+  if (r == NULL || r->mode == STAGING_OFF || nbytes < r->min_bytes ||
+      callback_on_pjrt_thread() != NULL)
     return false;
   int state = __atomic_load_n(&r->state, __ATOMIC_ACQUIRE);
   if (state == RING_FAILED) return false;
