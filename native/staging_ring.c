@@ -234,10 +234,16 @@ static int ring_wait_idle(staging_ring* r, double timeout) {
     double left = timeout * 1e9 - (double)(now_ns() - start);
     if (left <= 0) {
       pthread_mutex_unlock(&r->mu);
-      PyErr_Format(PyExc_RuntimeError,
-                   "staged transfers of this client were still in flight after %.3g s: its "
-                   "chunks can change when they are done",
-                   timeout);
+      /* PyErr_Format has no float conversion: Python 3.12 raises SystemError
+       * for "%g" (3.11 printed it as is), so the number goes in as an object. */
+      PyObject* seconds = PyFloat_FromDouble(timeout);
+      if (seconds != NULL) {
+        PyErr_Format(PyExc_RuntimeError,
+                     "staged transfers of this client were still in flight after %S s: its "
+                     "chunks can change when they are done",
+                     seconds);
+        Py_DECREF(seconds);
+      }
       return -1;
     }
     struct timespec until;

@@ -202,6 +202,45 @@ def test_the_lock_check_sees_a_destroy_under_a_lock() -> None:
     ]
 
 
+# The conversions PyErr_Format and PyUnicode_FromFormat know. There is no
+# float: Python 3.12 raises SystemError for "%g" where 3.11 printed it as is,
+# so a wrong one passes the suite on one Python and breaks the message on the
+# next (a staging timeout did, first seen on Python 3.12).
+PY_FORMAT_CALL = re.compile(r"\b(PyErr_Format|PyUnicode_FromFormat|PyErr_WarnFormat)\s*\(")
+PY_CONVERSION = re.compile(r"%(?:%|-?\d*(?:\.\d+)?(?:l{0,2}[diux]|z[diux]|[cspAUVSR]))")
+
+
+def unknown_format_conversions(name: str, text: str) -> list[str]:
+    """Conversions in the literal format strings of the calls above that
+    Python's formatter does not know."""
+    found = []
+    for call in PY_FORMAT_CALL.finditer(text):
+        depth, end = 0, call.end() - 1
+        while end < len(text):
+            depth += {"(": 1, ")": -1}.get(text[end], 0)
+            if depth == 0:
+                break
+            end += 1
+        literal = "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', text[call.start() : end]))
+        for conversion in re.finditer(r"%[-\d.]*[a-zA-Z%]+", literal):
+            if not PY_CONVERSION.match(conversion.group(0)):
+                line = text.count("\n", 0, call.start()) + 1
+                found.append(f"native/{name}:{line}: {conversion.group(0)!r}")
+    return found
+
+
+def test_error_messages_use_only_conversions_python_formats() -> None:
+    found = []
+    for path in sorted(NATIVE.glob("*.[ch]")):
+        found += unknown_format_conversions(path.name, path.read_text())
+    assert not found, "\n".join(found)
+
+
+def test_the_format_check_sees_a_float_conversion() -> None:
+    sample = 'x;\n  PyErr_Format(PyExc_RuntimeError,\n "after %.3g s (%zd of %ld) %s %R",\n t);\n'
+    assert unknown_format_conversions("ring.c", sample) == ["native/ring.c:2: '%.3g'"]
+
+
 def test_the_package_stays_a_plain_module_until_an_old_path_is_imported() -> None:
     # A package of another class hides its classes from griffe, which builds
     # the API reference by inspection ("pjrt_py.Client could not be found").
