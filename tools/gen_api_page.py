@@ -38,11 +38,17 @@ def sections() -> list[tuple[str, list[str]]]:
     rest = [n for n in names if n not in placed]
     errors = sorted(n for n in rest if _is_error(n))
     classes = sorted(n for n in rest if inspect.isclass(getattr(pjrt_py, n)) and n not in errors)
-    functions = sorted(n for n in rest if n not in errors and n not in classes)
+    functions = sorted(
+        n for n in rest if callable(getattr(pjrt_py, n)) and n not in errors and n not in classes
+    )
+    constants = sorted(
+        n for n in rest if n not in errors and n not in classes and n not in functions
+    )
     return [
         *GROUPS,
         ("Compiling and running", classes),
         ("Functions", functions),
+        ("Constants", constants),
         ("Errors", ["PjrtError", *[e for e in errors if e != "PjrtError"]]),
     ]
 

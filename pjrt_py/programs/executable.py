@@ -207,7 +207,8 @@ class Executable(ProgramInfo, _core.ExecutableCore):
                 raise ValueError(
                     f"{self.name}: ordered execution compiles a token-threaded form of "
                     f"the program, which needs the StableHLO text it was compiled from "
-                    f"(this executable was deserialized or compiled from bytecode)"
+                    f"(this executable was deserialized, or compiled from bytecode without jax "
+                    f"installed to read it as text)"
                 )
             program, options, isolate = self._source
             form = self.client.compile(
@@ -304,7 +305,8 @@ class Executable(ProgramInfo, _core.ExecutableCore):
             a ``non_donatable`` entry is not a parameter index; if the program
             runs on several devices (use ``execute_sharded``); if
             ``ordered`` is asked of an executable without its program text
-            (deserialized, or compiled from bytecode); or if the executable
+            (deserialized, or compiled from bytecode without jax to read it as
+            text); or if the executable
             has been deleted or its client closed.
         PjrtError
             If the execution fails.
