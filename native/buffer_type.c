@@ -123,7 +123,7 @@ static PyObject* buffer_copy_to_device_async(BufferObject* b, PyObject* device) 
   args.buffer = b->buf;
   args.dst_device = dst;
   PJRT_Error* error = b->c->api->PJRT_Buffer_CopyToDevice(&args);
-  if (error != NULL) return raise_pjrt(b->c->api, error);
+  if (error != NULL) return buffer_copy_refused(b, error, dst == buffer_device(b));
   buffer_origin origin = {dst, NULL, 0};
   return buffer_copy_promise(b, args.dst_buffer, &origin);
 }
@@ -170,8 +170,8 @@ static PyObject* buffer_copy(BufferObject* b, PyObject* unused) {
   PyObject* promise = buffer_copy_to_device_async(b, device);
   Py_DECREF(device);
   if (promise == NULL) return NULL;
-  PyObject* copy = (PyObject*)((PromiseObject*)promise)->one;
-  Py_INCREF(copy);
+  /* buffer(): a program's promise makes its Buffer on first use */
+  PyObject* copy = PyObject_CallMethod(promise, "buffer", NULL);
   Py_DECREF(promise);
   return copy;
 }

@@ -28,6 +28,28 @@ static PyObject* buffer_get_memory(BufferObject* b, void* unused) {
   return memory;
 }
 
+/* The plugin refused a copy of b (`error`, taken). A copy to where b already
+ * is, which the CPU builds make and XLA's GPU client has refused ("cannot
+ * accept the same source and destination"), is then made by a program on the
+ * device (Client._copy_by_program, programs/device_programs.py). Where that
+ * cannot be done either (a buffer outside the default memory, a client
+ * without the method), the plugin's own error is raised. */
+static PyObject* buffer_copy_refused(BufferObject* b, PJRT_Error* error, bool same_place) {
+  const PJRT_Api* api = b->c->api;
+  if (!same_place) return raise_pjrt(api, error);
+  PyObject* promise = PyObject_CallMethod(b->client, "_copy_by_program", "O", (PyObject*)b);
+  if (promise == NULL && !PyErr_ExceptionMatches(PyExc_Exception)) { /* Ctrl-C: that */
+    error_destroy(api, error);
+    return NULL;
+  }
+  if (promise == NULL) {
+    PyErr_Clear();
+    return raise_pjrt(api, error);
+  }
+  error_destroy(api, error);
+  return promise;
+}
+
 static PyObject* buffer_copy_to_memory_async(BufferObject* b, PyObject* memory) {
   if (buffer_live(b) < 0) return NULL;
   PJRT_Memory* dst = (PJRT_Memory*)buffer_target_address(
@@ -38,7 +60,7 @@ static PyObject* buffer_copy_to_memory_async(BufferObject* b, PyObject* memory) 
   args.buffer = b->buf;
   args.dst_memory = dst;
   PJRT_Error* error = b->c->api->PJRT_Buffer_CopyToMemory(&args);
-  if (error != NULL) return raise_pjrt(b->c->api, error);
+  if (error != NULL) return buffer_copy_refused(b, error, dst == buffer_memory(b));
   buffer_origin origin = {NULL, dst, 0};
   return buffer_copy_promise(b, args.dst_buffer, &origin);
 }

@@ -18,12 +18,14 @@ from .interop.foreign import import_dlpack
 from .programs.cache import DiskCache, MemoryCache
 from .programs.compiler import Compiler
 from .programs.debug_options import DebugValue
+from .programs.device_programs import copy_on_device
 from .programs.executable import Executable
 from .programs.isolate import IsolatedCompiler
 from .runtime.buffer import Buffer
 from .runtime.client import RuntimeClient
 from .runtime.device import Device
 from .runtime.plugin import Plugin
+from .runtime.promise import BufferPromise
 
 
 class Client(RuntimeClient):
@@ -336,6 +338,11 @@ class Client(RuntimeClient):
             version, say), with the plugin's message.
         """
         return self._compiler.deserialize(self, data, raw=raw)
+
+    def _copy_by_program(self, buffer: Buffer) -> BufferPromise:
+        # The native copies call this where the plugin refused to copy a
+        # buffer to its own device or memory (programs/device_programs.py).
+        return copy_on_device(self, buffer)
 
     def close(self) -> None:
         """Make the client unusable, and drop its own reference. Idempotent."""

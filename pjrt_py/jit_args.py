@@ -14,11 +14,9 @@ from .interop.dlpack import HOST_DEVICES
 from .interop.foreign import Foreign, is_foreign, place
 from .interop.frameworks import to_jax, to_torch
 from .programs.arguments import check_memory, own_buffer
+from .programs.device_programs import convert_on_device
 from .runtime.buffer import Buffer
-from .runtime.dtypes import MLIR_NAMES
 from .runtime.promise import BufferPromise
-
-_MLIR = {dtype: name for name, dtype in MLIR_NAMES.items()}  # numpy dtype -> MLIR element
 
 _SCALARS = (bool, int, float, complex)
 
@@ -87,20 +85,6 @@ def narrowed(client: Any, foreign: Foreign, dtype: np.dtype[Any]) -> Any:
         return np.asarray(tensor.as_array(foreign.dtype), dtype=dtype)
     # A view on its own device (or BufferError), converted there.
     return convert_on_device(client, place(client, foreign, None, None), dtype)
-
-
-def convert_on_device(client: Any, source: Buffer, dtype: np.dtype[Any]) -> Buffer:
-    """``source`` converted to ``dtype`` by a program on its own device,
-    dispatched without waiting (the result may still be computing)."""
-    dims = "".join(f"{d}x" for d in source.shape)
-    given, wanted = f"tensor<{dims}{_MLIR[source.dtype]}>", f"tensor<{dims}{_MLIR[dtype]}>"
-    convert = client.compile(
-        f"func.func @main(%x: {given}) -> {wanted} {{\n"
-        f"  %y = stablehlo.convert %x : ({given}) -> {wanted}\n  return %y : {wanted}\n}}",
-        device=source.device,
-    )
-    result: Buffer = convert.execute_async(source).buffer()
-    return result
 
 
 def _checked(buf: Buffer, client: Any, index: int) -> Buffer:

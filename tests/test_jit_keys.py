@@ -95,7 +95,7 @@ def test_a_conversion_on_the_device_is_numpys(
 ) -> None:
     # What pjrt_py.jit runs to narrow a foreign array that lies in device
     # memory (jax's rule with x64 off), tried here on buffers of this client.
-    from pjrt_py.jit_args import convert_on_device  # noqa: PLC0415
+    from pjrt_py.programs.device_programs import convert_on_device  # noqa: PLC0415
 
     values = np.arange(int(np.prod(shape)), dtype=given).reshape(shape)
     device = client.devices[-1]

@@ -125,7 +125,7 @@ pytest_step() {
   # only the files with gpu-marked tests: collecting the rest needs what a GPU
   # machine may lack (pjrt_c_api.h for test_build, the CPU plugins)
   $PY -m pytest $PYTEST_OPTS -m gpu $(grep -l "mark.gpu" tests/test_*.py) || rc=1
-  $PY -m pytest $PYTEST_OPTS tests/test_buffer.py tests/test_memory_spaces.py \
+  $PY -m pytest $PYTEST_OPTS tests/test_buffer.py tests/test_memory_spaces.py tests/test_device_programs.py \
     tests/test_gil_waits.py || rc=1
   return $rc
 }
