@@ -44,6 +44,15 @@ typedef struct {
 
 static acct_meta g_acct_metas[PJRT_PY_ACCT_METAS];
 
+/* Whether a PJRT type is packed on the device (two int4 or four int2 to a
+ * byte, float4 too) while numpy gives each element a byte: such bytes are
+ * neither counted from numpy's size nor read as they lie, only through the
+ * plugin's copy, which unpacks them (buffer_type.c). */
+static bool pjrt_type_packed(int type) {
+  return type == PJRT_Buffer_Type_S4 || type == PJRT_Buffer_Type_U4 || type == PJRT_Buffer_Type_S2 ||
+         type == PJRT_Buffer_Type_U2 || type == PJRT_Buffer_Type_F4E2M1FN;
+}
+
 /* Bytes of an interned (shape, dtype) on the device: shape times element
  * size; -1 if unreadable, or for sub-byte integers, whose packing is the
  * plugin's to say (every CPU build packs them; acct_handle asks). */
@@ -58,10 +67,7 @@ static int64_t acct_meta_bytes(PyObject* meta) {
     PyErr_Clear();
     return -1;
   }
-  int type = pjrt_type_of(descr);
-  if (type == PJRT_Buffer_Type_S4 || type == PJRT_Buffer_Type_U4 || type == PJRT_Buffer_Type_S2 ||
-      type == PJRT_Buffer_Type_U2 || type == PJRT_Buffer_Type_F4E2M1FN)
-    return -1;
+  if (pjrt_type_packed(pjrt_type_of(descr))) return -1;
   int64_t bytes = (int64_t)PyDataType_ELSIZE(descr);
   for (int i = 0; i < ndim; ++i) bytes *= (int64_t)dims[i];
   Py_INCREF(meta);

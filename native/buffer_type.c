@@ -39,9 +39,11 @@ static PyObject* buffer_copy_out(BufferObject* b, size_t direct_limit, int wait)
       return result;
     }
   }
-  if (nbytes == 0 || (nbytes <= direct_limit && buffer_read_direct(b, data, nbytes, (size_t)ndim))) {
+  bool packed = pjrt_type_packed(pjrt_type_of(PyArray_DESCR((PyArrayObject*)array)));
+  if (nbytes == 0 ||
+      (!packed && nbytes <= direct_limit && buffer_read_direct(b, data, nbytes, (size_t)ndim))) {
     result = wait ? array : promise_of_array(c, array, (PyObject*)b, NULL);
-  } else if (c->cpu && buffer_dense_state(b, nbytes, (size_t)ndim) == 2 &&
+  } else if (c->cpu && !packed && buffer_dense_state(b, nbytes, (size_t)ndim) == 2 &&
              (permuted = buffer_read_permuted(b, (PyArrayObject*)array)) != 0) {
     /* A dense layout in another dimension order (layout.c); -1: an exception. */
     if (permuted < 0) {
@@ -111,26 +113,6 @@ static PyObject* buffer_array(BufferObject* b, PyObject* args, PyObject* kwargs)
   return cast;
 }
 
-/* ---- devices --------------------------------------------------------------------- */
-
-static PyObject* buffer_copy_to_device_async(BufferObject* b, PyObject* device) {
-  if (buffer_live(b) < 0) return NULL;
-  PJRT_Device* dst = (PJRT_Device*)buffer_target_address(
-      b, PyObject_CallMethod(b->client, "_target", "O", device));
-  if (dst == NULL) return NULL;
-  PJRT_Buffer_CopyToDevice_Args args = {0};
-  args.struct_size = PJRT_Buffer_CopyToDevice_Args_STRUCT_SIZE;
-  args.buffer = b->buf;
-  args.dst_device = dst;
-  PJRT_Error* error = b->c->api->PJRT_Buffer_CopyToDevice(&args);
-  if (error != NULL) return buffer_copy_refused(b, error, dst == buffer_device(b));
-  buffer_origin origin = {dst, NULL, 0};
-  return buffer_copy_promise(b, args.dst_buffer, &origin);
-}
-
-static PyObject* buffer_copy_to_device(BufferObject* b, PyObject* device) {
-  return promise_waited(buffer_copy_to_device_async(b, device));
-}
 
 /* Without the GIL, b pinned: XLA's CPU client waits for a buffer whose work has
  * not run; in a host or done callback block_until_ready refuses that wait. */
@@ -159,27 +141,10 @@ static PyObject* buffer_unsafe_pointer(BufferObject* b, PyObject* unused) {
 
 /* ---- copies and pickling ------------------------------------------------------------
  * Like a jax.Array: copy.copy and copy.deepcopy make a new buffer with the
- * same data on the same device (so deleting or donating one leaves the other
- * alone); pickling stores the data and the device id, and unpickling places it
- * with pjrt_py.default_client() (see pjrt_py.runtime.buffer._unpickle). */
+ * same data on the same device (memory.c); pickling stores the data and the
+ * device id, and unpickling places it with pjrt_py.default_client() (see
+ * pjrt_py.runtime.buffer._unpickle). */
 
-static PyObject* buffer_copy(BufferObject* b, PyObject* unused) {
-  (void)unused;
-  PyObject* device = buffer_get_device(b, NULL);
-  if (device == NULL) return NULL;
-  PyObject* promise = buffer_copy_to_device_async(b, device);
-  Py_DECREF(device);
-  if (promise == NULL) return NULL;
-  /* buffer(): a program's promise makes its Buffer on first use */
-  PyObject* copy = PyObject_CallMethod(promise, "buffer", NULL);
-  Py_DECREF(promise);
-  return copy;
-}
-
-static PyObject* buffer_deepcopy(BufferObject* b, PyObject* memo) {
-  (void)memo;
-  return buffer_copy(b, NULL);
-}
 
 static PyObject* buffer_reduce(BufferObject* b, PyObject* unused) {
   (void)unused;

@@ -1,7 +1,7 @@
-/* Memory spaces of a Buffer: where it lives, and copies between memories.
- * Which memories a device has is read in Python (pjrt_py/memory.py); the
- * client checks a target Memory (and that the plugin has the call) before
- * anything here reaches PJRT. */
+/* Where a Buffer lives, and copies of it to a memory or a device. Which
+ * memories a device has is read in Python (pjrt_py/runtime/device.py); the
+ * client checks a target (and that the plugin has the call) before anything
+ * here reaches PJRT. */
 #include "promise.h"
 
 /* The PJRT_Memory* holding b, as an int (asked once: buffer_memory). */
@@ -50,11 +50,48 @@ static PyObject* buffer_copy_refused(BufferObject* b, PJRT_Error* error, bool sa
   return promise;
 }
 
+/* xla-cpu-pjrt 0.81 (PJRT before 0.106) copies a buffer laid out in another
+ * dimension order (a program's result with an mhlo.layout_mode) without its
+ * order: the copy says row-major and holds the other order's bytes
+ * (docs/plugin_defects.md). Such a copy goes through the host instead, where
+ * to_numpy reads the order right (Client._copy_through_host). */
+static bool buffer_copy_loses_order(BufferObject* b) {
+  PJRT_Api_Version v = b->c->api->pjrt_api_version;
+  npy_intp dims[PJRT_PY_MAX_RANK];
+  int ndim;
+  PyArray_Descr* descr;
+  if (v.major_version > 0 || v.minor_version >= 106 || b->meta == NULL) return false;
+  if (meta_unpack(b->meta, dims, &ndim, &descr) < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  int64_t order[PJRT_PY_MAX_RANK];
+  if (ndim < 2 || !buffer_minor_to_major(b, (size_t)ndim, order)) return false;
+  for (int i = 0; i < ndim; ++i)
+    if (order[i] != ndim - 1 - i) return true;
+  return false;
+}
+
+/* A copy of b to `target` (a Device or Memory, resolved, taken): through
+ * the host where the plugin would lose b's order; NULL with an exception, or
+ * the target's PJRT address in *dst for the plugin's own copy. */
+static PyObject* buffer_copy_around_plugin(BufferObject* b, PyObject* target, void** dst) {
+  *dst = NULL;
+  if (target != NULL && buffer_copy_loses_order(b)) {
+    PyObject* copy = PyObject_CallMethod(b->client, "_copy_through_host", "OO", b, target);
+    Py_DECREF(target);
+    return copy;
+  }
+  *dst = buffer_target_address(b, target);
+  return NULL;
+}
+
 static PyObject* buffer_copy_to_memory_async(BufferObject* b, PyObject* memory) {
   if (buffer_live(b) < 0) return NULL;
-  PJRT_Memory* dst = (PJRT_Memory*)buffer_target_address(
-      b, PyObject_CallMethod(b->client, "_memory_target", "OO", memory, (PyObject*)b));
-  if (dst == NULL) return NULL;
+  void* dst = NULL;
+  PyObject* around = buffer_copy_around_plugin(
+      b, PyObject_CallMethod(b->client, "_memory_target", "OO", memory, (PyObject*)b), &dst);
+  if (dst == NULL) return around;
   PJRT_Buffer_CopyToMemory_Args args = {0};
   args.struct_size = PJRT_Buffer_CopyToMemory_Args_STRUCT_SIZE;
   args.buffer = b->buf;
@@ -67,4 +104,46 @@ static PyObject* buffer_copy_to_memory_async(BufferObject* b, PyObject* memory) 
 
 static PyObject* buffer_copy_to_memory(BufferObject* b, PyObject* memory) {
   return promise_waited(buffer_copy_to_memory_async(b, memory));
+}
+
+/* ---- copies to a device ----------------------------------------------------------- */
+
+static PyObject* buffer_copy_to_device_async(BufferObject* b, PyObject* device) {
+  if (buffer_live(b) < 0) return NULL;
+  void* dst = NULL;
+  PyObject* around = buffer_copy_around_plugin(
+      b, PyObject_CallMethod(b->client, "_target", "O", device), &dst);
+  if (dst == NULL) return around;
+  PJRT_Buffer_CopyToDevice_Args args = {0};
+  args.struct_size = PJRT_Buffer_CopyToDevice_Args_STRUCT_SIZE;
+  args.buffer = b->buf;
+  args.dst_device = dst;
+  PJRT_Error* error = b->c->api->PJRT_Buffer_CopyToDevice(&args);
+  if (error != NULL) return buffer_copy_refused(b, error, dst == buffer_device(b));
+  buffer_origin origin = {dst, NULL, 0};
+  return buffer_copy_promise(b, args.dst_buffer, &origin);
+}
+
+static PyObject* buffer_copy_to_device(BufferObject* b, PyObject* device) {
+  return promise_waited(buffer_copy_to_device_async(b, device));
+}
+
+/* copy.copy and copy.deepcopy, like a jax.Array's: a new buffer with the same
+ * data on the same device, so deleting or donating one leaves the other alone. */
+static PyObject* buffer_copy(BufferObject* b, PyObject* unused) {
+  (void)unused;
+  PyObject* device = buffer_get_device(b, NULL);
+  if (device == NULL) return NULL;
+  PyObject* promise = buffer_copy_to_device_async(b, device);
+  Py_DECREF(device);
+  if (promise == NULL) return NULL;
+  /* buffer(): a program's promise makes its Buffer on first use */
+  PyObject* copy = PyObject_CallMethod(promise, "buffer", NULL);
+  Py_DECREF(promise);
+  return copy;
+}
+
+static PyObject* buffer_deepcopy(BufferObject* b, PyObject* memo) {
+  (void)memo;
+  return buffer_copy(b, NULL);
 }

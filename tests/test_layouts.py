@@ -10,6 +10,8 @@ the plugin matrix (.ci/run).
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -97,3 +99,25 @@ def test_layout_modes_are_read_from_the_text() -> None:
         DOUBLE.replace("%x: tensor<4x8xf32>)", '%x: tensor<4x8xf32> {mhlo.layout_mode = "auto"})')
     )[0]  # type: ignore[index]
     assert auto.layout == "auto" and auto.minor_to_major() is None
+
+
+def test_copies_of_a_column_major_buffer_keep_its_values(
+    client: pjrt_py.Client, column_major: pjrt_py.Executable
+) -> None:
+    # xla-cpu-pjrt 0.81 copies it without its order (the copy says row-major
+    # and holds the column-major bytes: X.T's order); pjrt_py copies such a
+    # buffer through the host on builds before 0.106 (native/memory.c).
+    out = column_major.execute(X)
+    device = out.device
+    copies = {
+        "copy.copy": copy.copy(out),
+        "copy_to_device": out.copy_to_device(client.devices[-1]),
+        "copy_to_device_async": out.copy_to_device_async(device).value(),
+    }
+    for memory in device.memories:
+        copies[f"copy_to_memory({memory.kind})"] = out.copy_to_memory(memory)
+    double = client.compile(DOUBLE)
+    for how, dup in copies.items():
+        np.testing.assert_array_equal(dup.to_numpy(), X, err_msg=how)
+        if dup.device is device and dup.memory == device.default_memory:  # an argument
+            np.testing.assert_array_equal(double.execute(dup).to_numpy(), 2 * X, err_msg=how)

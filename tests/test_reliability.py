@@ -18,6 +18,7 @@ import pytest
 from conftest import ADD_F32_8, capability_skip, run_python
 
 import pjrt_py
+from pjrt_py.programs.plugin_guards import PACKED_LAYOUTS_FROM
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,6 +137,8 @@ CASES: dict[str, tuple[str, str]] = {
     # plugins
     "plugin-missing": ("pjrt_py.Client('/nonexistent/plugin.so')", "FileNotFoundError"),
     "plugin-not-a-library": ("pjrt_py.load_plugin(NOT_ELF)", "PluginLoadError"),
+    # what one plugin build aborts on (programs/plugin_guards.py)
+    "packed-layout-before-0-106": ("client.compile(PACKED_MOVED)", "ValueError"),
     # a compiler crash nothing could foresee: isolate=True turns it into an exception
     "compiler-crash-isolated": (
         "from pjrt_py.programs.compile_process import TEST_CRASH_MARKER as MARK\n"
@@ -182,6 +185,10 @@ COLUMN_MAJOR_IN = (
     'func.func @main(%x: tensor<2x3xf32> {mhlo.layout_mode = "{0,1}"}) -> tensor<2x3xf32> {\\n'
     " return %x : tensor<2x3xf32>\\n}"
 )
+PACKED_MOVED = (
+    'func.func @main(%x: tensor<2x3xi4>) -> (tensor<2x3xi4> {mhlo.layout_mode = "{0,1}"}) {\\n'
+    " return %x : tensor<2x3xi4>\\n}"
+)
 NOT_ELF = os.path.join(tempfile.mkdtemp(), "bogus.so")
 open(NOT_ELF, "w").write("not an ELF file")
 client = pjrt_py.Client()
@@ -212,8 +219,13 @@ NEEDS: dict[str, pytest.MarkDecorator] = {
 }
 
 
+# Cases of one plugin build's defect: left out from the PJRT version that has it no more.
+ONLY_BEFORE: dict[str, tuple[int, int]] = {"packed-layout-before-0-106": PACKED_LAYOUTS_FROM}
+
+
 def test_every_class_of_bad_input_gets_its_exception(client: pjrt_py.Client) -> None:
     left_out = {n for n, need in NEEDS.items() if capability_skip(client, need.mark) is not None}
+    left_out |= {n for n, v in ONLY_BEFORE.items() if tuple(client.plugin.api_version) >= v}
     cases = {name: code for name, (code, _) in CASES.items() if name not in left_out}
     script = SCRIPT.replace("CASES_JSON", repr(json.dumps(cases)))
     script = script.replace("ADD_TEXT", repr(ADD_F32_8))

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import pjrt_py
+from pjrt_py.programs.plugin_guards import PACKED_LAYOUTS_FROM, check_for_plugin
 from pjrt_py.runtime.dtypes import PACKED
 
 # (dtype, MLIR element type, lowest, highest + 1)
@@ -238,3 +239,66 @@ def test_float4_through_jit_gives_jaxs_numbers(client: pjrt_py.Client) -> None:
         client.from_dlpack(jax.numpy.asarray(a))
     with pytest.raises(TypeError, match="no DLPack type code"):
         client.buffer(a).__dlpack__()
+
+
+ALL_PACKED = [(k[0], k[1], 1) for k in KINDS] + (
+    [(ml_dtypes.float4_e2m1fn, "f4E2M1FN", 1.5)] if hasattr(ml_dtypes, "float4_e2m1fn") else []
+)
+ALL_IDS = [np.dtype(k[0]).name for k in ALL_PACKED]
+
+
+@pytest.mark.parametrize("shape", [(), (1,), (1, 1)], ids=["scalar", "one", "one-by-one"])
+@pytest.mark.parametrize("kind", ALL_PACKED, ids=ALL_IDS)
+def test_a_one_element_result_reads_as_numpy_has_it(
+    client: pjrt_py.Client, kind: tuple[Any, str, float], shape: tuple[int, ...]
+) -> None:
+    # One packed element is one byte on the device and one in numpy, so the
+    # direct host read once took the device's byte as it lay: its other half
+    # is the program's, and float4 1.5 + 1.5 came back as -3.0.
+    dtype, element, value = kind
+    t = "tensor<" + "".join(f"{d}x" for d in shape) + element + ">"
+    twice = client.compile(
+        f"func.func @main(%x: {t}) -> {t} {{\n"
+        f"  %y = stablehlo.add %x, %x : {t}\n  return %y : {t}\n}}"
+    )
+    x = np.full(shape, value, dtype)
+    want = (x.astype(np.float32) * 2).astype(dtype)
+    out = twice.execute(x)
+    for back in (out.to_numpy(), twice.execute_async(x).to_numpy_async().value(), np.asarray(out)):
+        assert back.tobytes() == want.tobytes(), (back.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("kind", ALL_PACKED, ids=ALL_IDS)
+def test_a_column_major_result_reads_in_order(
+    client: pjrt_py.Client, kind: tuple[Any, str, float]
+) -> None:
+    # numpy's strides over the device's bytes once read a packed column-major
+    # result: 6 bytes of a 3-byte buffer, different garbage each run.
+    dtype, element = kind[:2]
+    t = f"tensor<2x3x{element}>"
+    program = (
+        f'func.func @main(%x: {t}) -> ({t} {{mhlo.layout_mode = "{{0,1}}"}}) {{\n'
+        f"  return %x : {t}\n}}"
+    )
+    if tuple(client.plugin.api_version) < PACKED_LAYOUTS_FROM:  # the build aborts on it
+        with pytest.raises(ValueError, match="abort the process"):
+            client.compile(program)
+        return
+    x = np.resize(np.array([0, 1, -1, 1, 0, 1], np.float32), (2, 3)).astype(dtype)
+    out = client.compile(program).execute(x)
+    for _ in range(3):
+        assert out.to_numpy().tobytes() == x.tobytes()
+
+
+def test_the_guard_refuses_packed_layouts_only_on_builds_that_abort() -> None:
+    t = "tensor<2x3xi4>"
+    moved = f'func.func @main(%x: {t} {{mhlo.layout_mode = "{{0,1}}"}}) -> {t} {{\n'
+    moved += f"  return %x : {t}\n}}"
+    in_order = moved.replace("{0,1}", "{1,0}")
+    wide = moved.replace("i4", "i8")
+    auto = moved.replace("{0,1}", "auto")
+    with pytest.raises(ValueError, match=r"parameter 'x' is int4\[2,3\] in layout \{0,1\}"):
+        check_for_plugin(moved, (0, 81))
+    for text in (in_order, wide, auto):
+        check_for_plugin(text, (0, 81))
+    check_for_plugin(moved, PACKED_LAYOUTS_FROM)

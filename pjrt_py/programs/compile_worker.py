@@ -113,7 +113,7 @@ def main() -> None:
                 os._exit(1)
         try:
             program = code.decode() if kind == _TEXT else code
-            compiled = compiler.compile_code(client, program, code, compile_options)
+            compiled = compiler.compile_code(client, program, code, compile_options, guard=False)
             data = compiled.serialize(compiled.signature)
             del compiled
         except Exception as exc:

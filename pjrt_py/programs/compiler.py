@@ -43,6 +43,7 @@ from .isolate import IsolatedCompiler, env_default
 from .mlir_checks import check_program
 from .mlir_text import find_main, main_signature
 from .placement import check_compile_options
+from .plugin_guards import check_for_plugin
 from .signature import ArgSpec
 
 
@@ -201,10 +202,14 @@ class Compiler:
         code: bytes,
         options: bytes,
         isolate: bool = False,
+        guard: bool = True,
     ) -> CompiledProgram:
         """Compile ``code`` (``program`` encoded) with the plugin: no cache involved.
 
-        ``isolate``: in the compile helper process, loading what it serialized."""
+        ``isolate``: in the compile helper process, loading what it serialized.
+        ``guard``: refuse what this plugin build is known to abort on
+        (``plugin_guards``); the helper process compiles without, since an
+        abort there is a ``CompilerCrashError``."""
         # What the plugin could crash on is refused first (see mlir_text);
         # bytecode is read through jax's MLIR bindings where installed.
         text = program if isinstance(program, str) else self.bytecode.text(program)
@@ -212,6 +217,8 @@ class Compiler:
             check_program(text)
             if find_main(text) is None:  # the plugin would print the module in generic form
                 raise diagnostics.missing_main(text)
+            if guard and not isolate:
+                check_for_plugin(text, client.plugin.api_version)
         if isolate:
             return self._load(client, self.helper.compile(program, code, options))
         signature = main_signature(text) if text is not None else None

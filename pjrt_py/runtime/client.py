@@ -164,6 +164,16 @@ class RuntimeClient(_core.ClientCore):
         if reason is not None:
             raise ValueError(reason)
 
+    def _copy_through_host(self, buffer: Buffer, target: Device | Memory) -> BufferPromise:
+        # The native copies call this where the plugin would copy ``buffer``
+        # without its dimension order (xla-cpu-pjrt 0.81, native/memory.c):
+        # to_numpy reads the order right, and the upload lays it out anew.
+        array = buffer.to_numpy()
+        if isinstance(target, Memory):
+            device = buffer.device if buffer.device in target.devices else target.devices[0]
+            return host_to_device(self, array, device, False, target)
+        return host_to_device(self, array, target, False, None)
+
     def _target(self, device: Device | None) -> Device:
         if device is None:
             return self.addressable_devices[0]

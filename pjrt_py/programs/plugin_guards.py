@@ -1,0 +1,66 @@
+"""Refusing programs a known plugin build kills the process on while compiling.
+
+``mlir_checks`` refuses text that any plugin's parser would crash on. This
+module holds what particular builds abort on, found by the PJRT API version
+they report, each one measured. Such a program is a ``ValueError`` before
+the plugin sees it, unless the compile is isolated: ``compile(...,
+isolate=True)`` runs the compiler in a helper process, where the abort is a
+``CompilerCrashError`` and a build that does compile it still can.
+
+- **Packed arrays between layouts** (PJRT before 0.106). xla-cpu-pjrt (PJRT
+  0.81) aborts (``dims and input_strides_in_bytes must have equal sizes``)
+  compiling a program that copies an int4, uint4, int2, uint2 or
+  float4_e2m1fn parameter or result into another layout, such as
+  ``return %x`` with only the parameter, or only the result, column-major.
+  The program is refused on such a build whenever a packed parameter or
+  result asks for an explicit order that is not row-major (``mhlo.layout_mode
+  = "{0,1}"``); which programs abort exactly is the compiler's business, so
+  the check is wider than the defect. The 0.106 and 0.115 builds compile and
+  run all of them correctly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..runtime.dtypes import PACKED
+from .mlir_text import main_signature, read_main, tensor_type
+from .signature import ArgSpec
+
+PACKED_LAYOUTS_FROM = (0, 106)  # the oldest build measured not to abort
+
+_LAYOUT = re.compile(r'mhlo\.layout_mode\s*=\s*"([^"]*)"')
+
+
+def check_for_plugin(text: str, api_version: Sequence[int]) -> None:
+    """Raise ``ValueError`` for a program the plugin of ``api_version`` is
+    known to abort on (see the module's docstring)."""
+    if tuple(api_version) >= PACKED_LAYOUTS_FROM:
+        return
+    for what, spec in _declared(text):
+        order = spec.minor_to_major() if spec.dtype in PACKED and not spec.default_layout else None
+        if order is not None and order != tuple(range(len(order) - 1, -1, -1)):
+            raise ValueError(
+                f"{what} is {spec} in layout {spec.layout}: PJRT "
+                f"{api_version[0]}.{api_version[1]} builds abort the process compiling a "
+                f"packed array copied between layouts (fixed by PJRT "
+                f"{PACKED_LAYOUTS_FROM[0]}.{PACKED_LAYOUTS_FROM[1]}); keep it row-major, or "
+                f"compile(..., isolate=True) to try in a helper process"
+            )
+
+
+def _declared(text: str) -> list[tuple[str, ArgSpec]]:
+    """@main's parameters and results with their layouts; [] if unreadable."""
+    try:
+        main = read_main(text)
+    except ValueError:
+        return []
+    if main is None:
+        return []
+    found = [(f"parameter {spec.name!r}", spec) for spec in main_signature(text) or []]
+    for index, (declared, kind) in enumerate(zip(main.results, main.result_types, strict=True)):
+        shape, dtype = tensor_type(kind)
+        mode = _LAYOUT.search(declared)
+        found.append((f"result {index}", ArgSpec("", shape, dtype, mode and mode.group(1))))
+    return found
