@@ -302,3 +302,19 @@ def test_the_guard_refuses_packed_layouts_only_on_builds_that_abort() -> None:
     for text in (in_order, wide, auto):
         check_for_plugin(text, (0, 81))
     check_for_plugin(moved, PACKED_LAYOUTS_FROM)
+
+
+@pytest.mark.parametrize("kind", ALL_PACKED, ids=ALL_IDS)
+def test_from_dlpack_copies_an_aligned_packed_array(
+    client: pjrt_py.Client, kind: tuple[Any, str, float]
+) -> None:
+    # An aligned array once took the in-place path, which refuses packed
+    # types: whether from_dlpack worked depended on where numpy put the data.
+    x = pjrt_py.aligned_empty((6,), kind[0])
+    x[...] = np.array([0, 1, 1, 0, 1, 0], np.float32).astype(kind[0])
+    got = client.from_dlpack(x)
+    assert got.to_numpy().tobytes() == x.tobytes()
+    x[...] = x[0]  # a copy: the buffer keeps what it had
+    assert got.to_numpy().tobytes() != x.tobytes()
+    with pytest.raises(BufferError, match="the device packs"):
+        client.from_dlpack(x, copy=False)

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import _core
 from ..runtime.buffer import Buffer, host_to_device
-from ..runtime.dtypes import pjrt_type
+from ..runtime.dtypes import PACKED, pjrt_type
 from ..runtime.promise import BufferPromise
 from .dlpack import (
     _PLATFORM_DEVICE,
@@ -256,11 +256,14 @@ def import_dlpack(client: _Client, x: Any, device: Device | None, copy: bool | N
             and x.size > 0
             and x.flags.c_contiguous
             and x.ctypes.data % VIEW_ALIGNMENT == 0
+            and x.dtype not in PACKED  # the device packs them, numpy gives each a byte
         )
         if copy is False and not viewable:
+            why = f"the device packs {x.dtype}, " if x.dtype in PACKED else ""
             raise BufferError(
-                f"cannot use this {x.dtype} array without a copy (copy=False): only a non-empty, "
-                f"{VIEW_ALIGNMENT}-byte aligned C-contiguous array on a CPU client is used in place"
+                f"cannot use this {x.dtype} array without a copy (copy=False): {why}only a "
+                f"non-empty, {VIEW_ALIGNMENT}-byte aligned C-contiguous array of a type numpy and "
+                "the device store alike, on a CPU client, is used in place"
             )
         return host_to_device(client, x, device, viewable and not copy).buffer()
     return place(client, Foreign(x, client), device, copy)
