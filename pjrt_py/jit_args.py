@@ -15,7 +15,7 @@ from .interop.foreign import Foreign, is_foreign, place
 from .interop.frameworks import to_jax, to_torch
 from .programs.arguments import check_memory, own_buffer
 from .programs.device_programs import convert_on_device
-from .runtime.buffer import Buffer
+from .runtime.buffer import Buffer, refuse_masked
 from .runtime.promise import BufferPromise
 
 _SCALARS = (bool, int, float, complex)
@@ -117,7 +117,8 @@ def leaf_specs(
             specs.append((shape, wanted))
         elif t in _SCALARS:
             specs.append(t)  # weakly typed: the value is not part of the key
-        elif t is np.ndarray or isinstance(x, np.generic):
+        elif isinstance(x, (np.ndarray, np.generic)):  # memmap, matrix: as their data
+            refuse_masked(x, f"pjrt_py.jit argument {i}")
             x = np.asarray(x)
             dtype = jax_types.canonical(x.dtype)
             if dtype != x.dtype:

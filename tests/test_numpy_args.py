@@ -89,3 +89,30 @@ def test_a_closed_client_or_deleted_executable_is_refused(client: pjrt_py.Client
     other.close()
     with pytest.raises(ValueError, match="closed"):
         exe.execute_async(np.ones(8, np.float32))
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_subclasses_are_their_data_and_masked_arrays_are_refused(
+    client: pjrt_py.Client, tmp_path: Any
+) -> None:
+    # jax.jit takes a memmap or a matrix as its data; pjrt_py.jit refused
+    # every ndarray subclass. A masked array lost its mask without a word in
+    # execute and client.buffer; jax refuses it, and so does pjrt_py now.
+    mapped = np.memmap(tmp_path / "x.bin", dtype=np.float32, mode="w+", shape=(4,))
+    mapped[:] = [1, 2, 3, 4]
+    jitted = pjrt_py.jit(lambda x: -x, client=client)
+    for sub in (mapped, np.matrix([[1.0, 2.0]], np.float32)):
+        np.testing.assert_array_equal(jitted(sub).to_numpy(), -np.asarray(sub))
+    masked = np.ma.array(np.ones(4, np.float32), mask=[0, 1, 0, 0])
+    exe = negate(client, np.float32, (4,))
+    for call in (
+        lambda: jitted(masked),
+        lambda: exe.execute(masked),
+        lambda: exe.execute_async(masked),
+        lambda: client.buffer(masked),
+        lambda: client.buffer_async(masked),
+        lambda: client.from_dlpack(masked),
+    ):
+        with pytest.raises(ValueError, match="masked arrays are not taken"):
+            call()
+    np.testing.assert_array_equal(exe.execute(masked.filled(0)).to_numpy(), [-1, 0, -1, -1])

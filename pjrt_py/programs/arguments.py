@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ..interop import foreign, jax_types
-from ..runtime.buffer import Buffer
+from ..runtime.buffer import Buffer, refuse_masked
 from ..runtime.errors import PjrtError
 from ..runtime.promise import BufferPromise
 from .signature import ArgSpec, mismatch_message
@@ -76,7 +76,8 @@ def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
     # numpy scalars first: np.float64 and np.complex128 subclass Python's
     # float and complex, but are typed values that must match exactly.
     if isinstance(arg, (np.ndarray, np.generic)):
-        return np.asarray(arg)
+        refuse_masked(arg, f"argument {index}")
+        return np.asarray(arg)  # a subclass (memmap, matrix) as its data
     if isinstance(arg, _PY_SCALARS):
         spec = exe._signature[index] if exe._signature else None
         if spec is not None and spec.dtype is not None:

@@ -90,6 +90,16 @@ def intern_meta(meta: tuple[tuple[int, ...], np.dtype[Any]]) -> Any:
     return _core.intern_meta(meta)
 
 
+def refuse_masked(value: Any, what: str = "value") -> None:
+    """``ValueError`` for a numpy masked array: taking its data would drop
+    the mask without a word (jax refuses them the same way)."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise ValueError(
+            f"{what}: numpy masked arrays are not taken, since the device would get their "
+            "data without the mask; pass arr.filled(value) or arr.data"
+        )
+
+
 def host_to_device(
     client: _Client,
     value: Any,
@@ -107,6 +117,7 @@ def host_to_device(
         raise TypeError("value is already a device buffer, not a host array")
     if not isinstance(zero_copy, bool):
         raise TypeError(f"zero_copy must be a bool, got {zero_copy!r}")
+    refuse_masked(value)
     array = np.asarray(value)
     dtype = array.dtype
     code = pjrt_type(dtype)
