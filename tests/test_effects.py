@@ -210,3 +210,48 @@ def test_ordered_takes_only_a_bool(client: pjrt_py.Client, flag: object) -> None
         exe.execute(x, ordered=flag)
     with pytest.raises(TypeError, match="ordered must be True or False"):
         client.compile("func.func @main(%x: tensor<8xf32>) { return }", ordered=flag, cache=False)
+
+
+def _effect_program(client: pjrt_py.Client, name: str, n: int) -> pjrt_py.Executable:
+    """x -> x, with an effect that calls host callback ``name`` on x."""
+    t = f"tensor<{n}x{n}xf32>"
+    return client.compile(
+        f"func.func @main(%v: {t}) -> {t} {{\n"
+        f"  %d = stablehlo.dot_general %v, %v, contracting_dims = [1] x [0] : ({t}, {t}) -> {t}\n"
+        f"  %t0 = stablehlo.after_all : !stablehlo.token\n"
+        f"  %t1 = stablehlo.custom_call @{name}(%t0, %d) "
+        f"{{api_version = 4 : i32, has_side_effect = true}} : (!stablehlo.token, {t}) -> "
+        f"!stablehlo.token\n  return %d : {t}\n}}"
+    )
+
+
+@pytest.mark.needs_host_callbacks
+@pytest.mark.parametrize("n", [1, 600], ids=["cheap", "dense"])
+def test_a_failed_ordered_call_keeps_its_error_and_later_calls_run(
+    client: pjrt_py.Client, n: int
+) -> None:
+    # A cheap program the CPU plugin runs inline failed inside execute_async,
+    # which raised (unordered calls keep the error in the promise). A dense one
+    # failing in the background left an errored token, and every later
+    # ordered call of the thread failed with it, for good.
+    failing, seen = {"now": False}, []
+
+    def effect(v: np.ndarray) -> None:
+        if failing["now"]:
+            raise RuntimeError("the effect failed")
+        seen.append(float(v[0, 0]))
+
+    name = f"pjrt_py_test_effect_{n}"
+    pjrt_py.register_callback(name, effect, client=client)
+    exe = _effect_program(client, name, n)
+    x = np.eye(n, dtype=np.float32)
+    for attempt in range(3):
+        failing["now"] = attempt == 1
+        promise = exe.execute_async(x * (attempt + 1), ordered=True)  # never raises
+        error = promise.exception()
+        if attempt == 1:
+            assert isinstance(error, pjrt_py.PjrtError) and "the effect failed" in str(error)
+        else:
+            assert error is None, error
+    assert seen == [1.0, 9.0]  # the third call ran its effect after the failure
+    pjrt_py.effects_barrier()

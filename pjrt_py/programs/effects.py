@@ -34,6 +34,7 @@ import numpy as np
 
 from .. import _core
 from ..runtime.buffer import Buffer
+from ..runtime.errors import PjrtError
 from .mlir_text import read_main, wrap_main
 
 if TYPE_CHECKING:
@@ -80,12 +81,25 @@ def token_for(client: _Client, device: Device) -> Buffer:
     (``client._tokens``, a ``threading.local``).
     """
     held: tuple[Buffer, Device] | None = getattr(client._tokens, "last", None)
-    if held is not None and not held[0].is_deleted:
+    if held is not None and not held[0].is_deleted and not _failed(held[0]):
         token, where = held
         if where is device:
             return token
         return token.copy_to_device_async(device).buffer()
     return client.buffer_async(np.zeros(0, np.bool_), device).buffer()
+
+
+def _failed(token: Buffer) -> bool:
+    """Whether the token's execution is known to have failed. Its error would
+    fail every later ordered call of the thread; once known, the next call
+    starts a fresh token instead (calls dispatched before that still fail)."""
+    if not token.is_ready():
+        return False
+    try:
+        token.block_until_ready()
+    except PjrtError:
+        return True
+    return False
 
 
 def set_token(client: _Client, token: Buffer, device: Device) -> None:

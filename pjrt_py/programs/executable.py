@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import _core
 from ..runtime.buffer import Buffer
+from ..runtime.errors import PjrtError
 from ..runtime.promise import BufferPromise
 from . import effects
 from .arguments import checked_row, non_donatable_indices
@@ -225,7 +226,14 @@ class Executable(ProgramInfo, _core.ExecutableCore):
         row = checked_row(self, args, device)  # checked against this program's names
         token = effects.token_for(self.client, device)
         (promise,) = form._dispatch_rows([[*row, token]], non_donatable)
-        *outputs, token_out = promise._buffers
+        try:
+            *outputs, token_out = promise._buffers
+        except PjrtError:
+            # Failed as it was dispatched (a plugin runs cheap programs
+            # inline): no outputs, no new token. The error stays in the
+            # promise, as for any execute_async, and the thread's token is
+            # unchanged, so later ordered calls run (docs/effects.md).
+            return promise
         effects.set_token(self.client, token_out, device)
         if not outputs:
             # No outputs of its own: the promise is the token's readiness.
