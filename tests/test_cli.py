@@ -301,3 +301,29 @@ def test_bf16_and_float8_npy_files_are_inputs_and_expected_values(tmp_path: Path
         assert "[3 4.5]" in ran.stdout
     tested = pjrt_py("test", str(tmp_path))
     assert tested.returncode == 0, tested.stdout + tested.stderr
+
+
+def test_ctrl_c_during_run_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    from conftest import MATMUL_LOOP  # noqa: PLC0415
+
+    program = tmp_path / "loop.mlir"
+    program.write_text(MATMUL_LOOP)
+    np.save(tmp_path / "x.npy", np.eye(256, dtype=np.float32) * 0.5)
+    np.save(tmp_path / "n.npy", np.array(10**9, np.int64))  # hours of work
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pjrt_py", "run", str(program)]
+        + ["-i", str(tmp_path / "x.npy"), "-i", str(tmp_path / "n.npy")],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PJRT_PY_EXIT_TIMEOUT": "0"},  # the loop is left to the exit
+    )
+    time.sleep(4)  # compiled and running
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err, err

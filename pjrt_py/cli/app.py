@@ -94,6 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         code: int = args.fn(args)
+    except KeyboardInterrupt:  # Ctrl-C: the documented 130, not a traceback
+        print("interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # `pjrt-py info | head`: the reader left; not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # no second error when Python flushes
