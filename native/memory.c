@@ -109,6 +109,10 @@ static PyObject* buffer_copy_to_memory(BufferObject* b, PyObject* memory) {
 /* ---- copies to a device ----------------------------------------------------------- */
 
 static PyObject* buffer_copy_to_device_async(BufferObject* b, PyObject* device) {
+  if (device == Py_None) { /* the client's default device would be taken: not b's */
+    PyErr_SetString(PyExc_TypeError, "copy_to_device takes a pjrt_py.Device, not None");
+    return NULL;
+  }
   if (buffer_live(b) < 0) return NULL;
   void* dst = NULL;
   PyObject* around = buffer_copy_around_plugin(

@@ -83,3 +83,13 @@ def test_bad_placements_raise(client: pjrt_py.Client, devices) -> None:  # type:
     x.delete()
     with pytest.raises(ValueError, match="deleted"):
         x.copy_to_device(devices[1])
+
+
+@pytest.mark.needs_devices(2)  # a buffer off the default device
+def test_copy_to_device_refuses_none(client: pjrt_py.Client) -> None:
+    # None moved the buffer to the client's default device without a word;
+    # jax.device_put(x, None) leaves x where it is.
+    b = client.buffer(np.ones(2, np.float32), client.devices[1])
+    for copy in (b.copy_to_device, b.copy_to_device_async):
+        with pytest.raises(TypeError, match="not None"):
+            copy(None)  # type: ignore[arg-type]
