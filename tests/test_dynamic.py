@@ -51,7 +51,21 @@ def test_a_specialization_keeps_the_parameter_names(client: pjrt_py.Client) -> N
     names = [s.name for s in exe.input_signature]
     assert [s.name for s in exe.specialize(*[np.ones(7, np.float32)] * 2).input_signature] == names
     with pytest.raises(TypeError, match=f"Argument '{names[0]}' compiled with float32"):
-        exe.execute(np.ones(3, np.int32), np.ones(3, np.int32))
+        exe.execute(np.ones(7, np.int32), np.ones(7, np.int32))  # the specialization's check
+    with pytest.raises(TypeError, match=rf"argument 0 \({names[0]}\): the program takes float32"):
+        exe.execute(np.ones(3, np.int32), np.ones(3, np.int32))  # refused before compiling
+
+
+def test_a_wrong_dtype_compiles_nothing(client: pjrt_py.Client) -> None:
+    # A wrong dtype was found by the specialization compiled for it: each
+    # wrong call compiled a program, and kept it.
+    exe = client.compile(ADD_DYNAMIC)
+    for n in (3, 4, 5):
+        with pytest.raises(TypeError, match="the program takes float32, got int32"):
+            exe.execute(np.ones(n, np.int32), np.ones(n, np.float32))
+        with pytest.raises(TypeError, match="the program takes float32, got int32"):
+            exe.execute(client.buffer(np.ones(n, np.int32)), np.ones(n, np.float32))
+    assert exe.specializations == {}
 
 
 def test_bounds_are_honoured(client: pjrt_py.Client) -> None:

@@ -150,6 +150,18 @@ def specialize(
     return out
 
 
+def _numpy_dtype(value: Any) -> np.dtype[Any] | None:
+    """An array argument's dtype (numpy, a Buffer, jax); None for a Python
+    scalar (weakly typed) or a dtype numpy does not name (torch's)."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None:
+        return None
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        return None
+
+
 def _scalar_int(spec: ArgSpec) -> bool:
     return spec.shape == () and spec.dtype is not None and spec.dtype.kind in "iu"
 
@@ -255,6 +267,12 @@ class DynamicExecutable:
                 raise TypeError(
                     f"argument {i} ({spec.name}): the program takes shape [{dims}], "
                     f"got {list(shape)}"
+                )
+            dtype = _numpy_dtype(value) if i not in self._dimension_args else None  # _values checks
+            if dtype is not None and spec.dtype is not None and dtype != spec.dtype:
+                # refused before a specialization is compiled (and kept) for it
+                raise TypeError(
+                    f"argument {i} ({spec.name}): the program takes {spec.dtype}, got {dtype}"
                 )
             for axis, (d, bound) in enumerate(zip(shape, bounds, strict=True)):
                 if bound is not None and d > bound:
