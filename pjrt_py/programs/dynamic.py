@@ -157,9 +157,10 @@ def _numpy_dtype(value: Any) -> np.dtype[Any] | None:
     if dtype is None:
         return None
     try:
-        return np.dtype(dtype)
+        named: np.dtype[Any] = np.dtype(dtype)
     except TypeError:
         return None
+    return named
 
 
 def _scalar_int(spec: ArgSpec) -> bool:
