@@ -224,3 +224,23 @@ def test_device_memory_is_never_read_as_a_numpy_array() -> None:
     del tensor
     gc.collect()
     assert p.deleted == 1
+
+
+def test_a_producer_that_cannot_say_its_device_is_named_with_its_reason(
+    client: pjrt_py.Client,
+) -> None:
+    jnp = pytest.importorskip("jax.numpy", reason="a deleted jax array")
+    gone = jnp.ones(4, jnp.float32)
+    gone.delete()
+    with pytest.raises(BufferError, match="has been deleted"):
+        client.from_dlpack(gone)
+
+    class Refuses:
+        def __dlpack__(self, **_: object) -> object:
+            raise AssertionError("not reached")
+
+        def __dlpack_device__(self) -> tuple[int, int]:
+            raise ValueError("Unknown device type meta for Dlpack")
+
+    with pytest.raises(BufferError, match=r"raised ValueError: Unknown device type meta"):
+        client.from_dlpack(Refuses())

@@ -234,9 +234,11 @@ def test_float4_through_jit_gives_jaxs_numbers(client: pjrt_py.Client) -> None:
             np.testing.assert_array_equal(o.to_numpy(), np.asarray(t))
     back = pjrt_py.to_jax(client.buffer(a))  # a copy: no DLPack code
     np.testing.assert_array_equal(np.asarray(back), a)
-    # jax exports float4 packed (DLPack code 17), which pjrt_py does not view.
+    # jax exports float4 packed (DLPack code 17), which pjrt_py does not view:
+    # a jax array is copied through numpy (copy=None), its raw capsule refused.
+    np.testing.assert_array_equal(client.from_dlpack(jax.numpy.asarray(a)).to_numpy(), a)
     with pytest.raises(TypeError, match="it is packed"):
-        client.from_dlpack(jax.numpy.asarray(a))
+        client.from_dlpack(jax.numpy.asarray(a).__dlpack__())
     with pytest.raises(TypeError, match="no DLPack type code"):
         client.buffer(a).__dlpack__()
 
@@ -318,3 +320,16 @@ def test_from_dlpack_copies_an_aligned_packed_array(
     assert got.to_numpy().tobytes() != x.tobytes()
     with pytest.raises(BufferError, match="the device packs"):
         client.from_dlpack(x, copy=False)
+
+
+@pytest.mark.parametrize("kind", ALL_PACKED, ids=ALL_IDS)
+def test_from_dlpack_of_a_jax_array_copies_it_through_numpy(
+    client: pjrt_py.Client, kind: tuple[Any, str, float]
+) -> None:
+    # jax has no DLPack export for them: its JaxRuntimeError came through.
+    jnp = pytest.importorskip("jax.numpy", reason="jax arrays")
+    x = np.array([0, 1, 1, 0], np.float32).astype(kind[0])
+    got = client.from_dlpack(jnp.asarray(x))
+    assert got.to_numpy().tobytes() == x.tobytes()
+    with pytest.raises(BufferError, match="copied through numpy"):
+        client.from_dlpack(jnp.asarray(x), copy=False)

@@ -37,6 +37,7 @@ from .dlpack import (
     _check_copy,
     numpy_dtype,
 )
+from .jax_types import without_dlpack
 
 if TYPE_CHECKING:
     from ..runtime.client import RuntimeClient as _Client
@@ -79,12 +80,20 @@ def producer_device(x: Any) -> tuple[int, int] | None:
     method = getattr(x, "__dlpack_device__", None)
     if method is None:
         return None
+    name = type(x).__name__
     try:
-        kind, device_id = method()
+        answer = method()
+    except Exception as e:  # the producer's own reason, unless it is a deleted array
+        deleted = getattr(x, "is_deleted", None)
+        if callable(deleted) and deleted() is True:  # jax.Array.delete()
+            raise BufferError(f"the {name} has been deleted") from None
+        raise BufferError(f"{name}.__dlpack_device__() raised {type(e).__name__}: {e}") from e
+    try:
+        kind, device_id = answer
         return operator.index(kind), operator.index(device_id)
     except (TypeError, ValueError):
         raise BufferError(
-            f"{type(x).__name__}.__dlpack_device__() must return (device type, id)"
+            f"{name}.__dlpack_device__() must return (device type, id), not {answer!r:.80}"
         ) from None
 
 
@@ -266,6 +275,13 @@ def import_dlpack(client: _Client, x: Any, device: Device | None, copy: bool | N
                 "the device store alike, on a CPU client, is used in place"
             )
         return host_to_device(client, x, device, viewable and not copy).buffer()
+    if without_dlpack(x):  # a jax int4 & co: jax exports no DLPack for them
+        if copy is False:
+            raise BufferError(
+                f"cannot use a jax {x.dtype} array without a copy (copy=False): DLPack has no "
+                "code for it, so it is copied through numpy"
+            )
+        return host_to_device(client, np.asarray(x), device, False).buffer()
     return place(client, Foreign(x, client), device, copy)
 
 
