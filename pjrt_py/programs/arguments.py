@@ -146,11 +146,12 @@ def weak_scalar(value: bool | int | float | complex, dtype: np.dtype[Any], index
         try:
             converted = np.asarray(value, dtype=dtype)
             fits = bool(np.isfinite(converted))
+            why = f"it would be {converted.item()}"  # inf, or nan for a type without inf
         except (OverflowError, TypeError):  # past float64 (ml_dtypes raises TypeError)
-            fits = False
+            fits, why = False, f"{dtype} cannot take it"
     if not fits:
         raise ValueError(
-            f"argument {index}: {value} does not fit the parameter's {dtype} (it would be inf)"
+            f"argument {index}: {value} does not fit the parameter's {dtype} ({why})"
         )
     return converted
 
