@@ -160,6 +160,25 @@ def leaf_specs(
     return tuple(specs)
 
 
+def committed_device(leaves: list[Any], client: Any) -> Any:
+    """The device a call runs on, as jax.jit picks it: the one device its
+    Buffers are on (None for the client's default device, or no Buffer).
+    Buffers on several devices are refused, as jax refuses arrays committed
+    to different devices; numpy and other arguments follow the Buffers."""
+    devices = {}
+    for x in leaves:
+        if type(x) is Buffer and x.client is client and not x.is_deleted:
+            devices[id(x.device)] = x.device  # others: execute's checks say what is wrong
+    if len(devices) > 1:
+        where = ", ".join(sorted(str(d.id) for d in devices.values()))
+        raise ValueError(
+            f"pjrt_py.jit arguments are Buffers on several devices ({where}): copy them "
+            "to one device with copy_to_device (jax.jit refuses such arrays too)"
+        )
+    device = next(iter(devices.values()), None)
+    return None if device is None or device == client.default_device else device
+
+
 def _meta(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
     """(shape, dtype) of a Buffer or an array."""
     if isinstance(x, Buffer):

@@ -18,7 +18,7 @@ from .callbacks import jax_callbacks as _jax_callbacks
 from .defaults import default_client
 from .interop import jax_types as _jax_types
 from .interop.frameworks import to_jax
-from .jit_args import _SCALARS, _absolute_argnums, _Call, leaf_specs
+from .jit_args import _SCALARS, _absolute_argnums, _Call, committed_device, leaf_specs
 from .lowered import Lowered
 from .programs.executable import Executable
 from .runtime.buffer import Buffer
@@ -157,7 +157,8 @@ class Jitted:
         call = self._flatten_call(args, kwargs)
         # jax's configuration is part of the key, as in jax.jit (see _jax_types).
         context = _jax_types.context()
-        key = (call.treedef, call.specs, call.static, context)
+        device = committed_device(call.leaves, self.client)
+        key = (call.treedef, call.specs, call.static, context, device)
         entry = self._cache.get(key)
         if entry is None:
             with self._lock:
@@ -166,17 +167,18 @@ class Jitted:
                     lowered = self._lower(call)
                     out_tree = lowered.out_tree
                     single = out_tree == _jax().tree_util.tree_structure(0)
-                    compiled = lowered.compile()
+                    compiled = lowered.compile(device)
                     entry = (compiled, out_tree, single, lowered.weak_outputs, lowered.key_outputs)
                     self._cache[key] = entry
         leaves = call.leaves
         if (
-            not kwargs
+            device is None
+            and not kwargs
             and len(leaves) == len(args)
             and all(type(a) is Buffer and a is x for a, x in zip(args, leaves, strict=True))
         ):
-            # Arguments that are all Buffers, taken as they are (none narrowed),
-            # map to this entry without flattening.
+            # Arguments that are all Buffers on the default device, taken as
+            # they are (none narrowed), map to this entry without flattening.
             self._flat[(context, tuple(a._metadata() for a in args))] = entry
         return entry, leaves
 
@@ -295,7 +297,10 @@ class Jitted:
             else:
                 entry = self._flat.get((_jax_types.context(), tuple(metas)))
                 if entry is not None:
-                    return self._outputs(entry, entry[0].execute_async(*args)._buffers)
+                    try:
+                        return self._outputs(entry, entry[0].execute_async(*args)._buffers)
+                    except ValueError:  # Buffers on another device: the full path follows them
+                        pass
         entry, leaves = self._entry(args, kwargs)
         return self._outputs(entry, entry[0].execute_async(*leaves)._buffers)
 

@@ -13,6 +13,7 @@ from typing import Any
 from .callbacks import jax_callbacks as _jax_callbacks
 from .client import Client
 from .programs.executable import Executable
+from .runtime.device import Device
 
 
 class Lowered:
@@ -73,9 +74,15 @@ class Lowered:
         """
         return self._text
 
-    def compile(self) -> Executable:
+    def compile(self, device: Device | None = None) -> Executable:
         """Compile for the client: an ``Executable`` taking the
         flattened array arguments (static ones removed), in ``in_tree`` order.
+
+        Parameters
+        ----------
+        device : Device, optional
+            The device it runs on; the client's default device if None
+            (``pjrt_py.jit`` passes its arguments' device).
 
         Returns
         -------
@@ -89,7 +96,7 @@ class Lowered:
         PjrtError
             With the compiler's message, if the plugin refuses the program.
         """
-        exe = self._client.compile(self._text)
+        exe = self._client.compile(self._text, device=device)
         signature = exe.input_signature
         if signature is not None and len(signature) == len(self.arg_names):
             named = zip(self.arg_names, signature, strict=True)

@@ -171,3 +171,27 @@ def test_a_64_bit_buffer_that_cannot_be_narrowed_says_which_argument(
     dead.delete()
     with pytest.raises(ValueError, match="argument 0: buffer has been deleted"):
         fn(dead)
+
+
+@pytest.mark.needs_devices(3)  # the default device and two others
+def test_a_call_runs_where_its_buffers_are(client: pjrt_py.Client) -> None:
+    # jax.jit follows committed arrays; pjrt_py.jit refused a Buffer that was
+    # not on the default device ("copy it with copy_to_device").
+    f = pjrt_py.jit(lambda x, y: 2 * x + y, client=client)
+    x = np.arange(4, dtype=np.float32)
+    on = {d: client.buffer(x, client.devices[d]) for d in (0, 2)}
+    assert f(on[0], on[0]).device == client.devices[0]
+    for a, b in (
+        (on[2], on[2]),
+        (on[2], x),
+        (x, on[2]),
+        (on[2].copy_to_device_async(client.devices[2]), x),
+    ):
+        out = f(a, b)  # the first: the all-Buffer path of device 0's entry, then the full one
+        assert out.device == client.devices[2]
+        np.testing.assert_array_equal(out.to_numpy(), 3 * x)
+    assert f(x, x).device == client.default_device
+    assert f.cache_size() == 2  # one compile per device
+    with pytest.raises(ValueError, match=r"Buffers on several devices \(0, 2\)"):
+        f(on[0], on[2])
+    assert f(on[0], on[0]).device == client.devices[0]  # the fast path still serves device 0

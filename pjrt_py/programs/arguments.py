@@ -150,9 +150,7 @@ def weak_scalar(value: bool | int | float | complex, dtype: np.dtype[Any], index
         except (OverflowError, TypeError):  # past float64 (ml_dtypes raises TypeError)
             fits, why = False, f"{dtype} cannot take it"
     if not fits:
-        raise ValueError(
-            f"argument {index}: {value} does not fit the parameter's {dtype} ({why})"
-        )
+        raise ValueError(f"argument {index}: {value} does not fit the parameter's {dtype} ({why})")
     return converted
 
 
