@@ -309,7 +309,7 @@ static int client_core_clear(ClientCoreObject* self) {
 static PyMethodDef client_core_methods[] = {
     {"buffer_async", (PyCFunction)(void (*)(void))client_core_buffer_async,
      METH_FASTCALL | METH_KEYWORDS,
-     "buffer_async(value, device=None, *, zero_copy=False)\n--\n\n"
+     "buffer_async($self, /, value, device=None, *, zero_copy=False, memory=None)\n--\n\n"
      "Start moving a numpy array or scalar to device; returns a BufferPromise at once.\n\n"
      "The data is copied: changing value after this returns does not change the device\n"
      "buffer. zero_copy=True (CPU only, 64-byte aligned C-contiguous arrays) makes the\n"

@@ -194,8 +194,10 @@ static PyType_Slot tensor_slots[] = {
     {0, NULL},
 };
 
+/* Made only by dlpack_unpack: one made from Python would hold no tensor. */
 static PyType_Spec tensor_spec = {"pjrt_py._core.DLPackTensor", sizeof(TensorObject), 0,
-                                  Py_TPFLAGS_DEFAULT, tensor_slots};
+                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+                                  tensor_slots};
 
 /* Who releases a view's Tensor. PJRT calls on_delete_callback once the view's
  * memory is done with; but a failed CreateViewOfDeviceBuffer may also call it

@@ -270,7 +270,7 @@ static int executable_clear(ExecutableCoreObject* self) {
 static PyMethodDef executable_methods[] = {
     {"execute_async", (PyCFunction)(void (*)(void))executable_execute_async,
      METH_FASTCALL | METH_KEYWORDS,
-     "execute_async(*args, ordered=False, non_donatable=None)\n--\n\n"
+     "execute_async($self, /, *args, ordered=False, non_donatable=None)\n--\n\n"
      "Dispatch the program and return a BufferPromise of its outputs at once.\n\n"
      "Arguments may be Buffers, promises of one buffer, or numpy arrays and scalars\n"
      "(transferred first). ordered=True runs it after every earlier ordered execution\n"

@@ -228,6 +228,8 @@ static PyObject* buffer_promise_new(PyTypeObject* type, PyObject* args, PyObject
   PyObject* result = NULL;
   if (n == 0) {
     PyErr_SetString(PyExc_ValueError, "BufferPromise needs at least one Buffer");
+  } else if (arity < 0 || arity > n) {
+    PyErr_Format(PyExc_ValueError, "BufferPromise arity must be 0 to %zd, not %d", n, arity);
   } else {
     BufferObject* first = (BufferObject*)PyTuple_GetItem(tuple, 0);
     for (Py_ssize_t i = 0; i < n; ++i) {
