@@ -33,7 +33,8 @@ static PyObject* buffer_get_memory(BufferObject* b, void* unused) {
  * accept the same source and destination"), is then made by a program on the
  * device (Client._copy_by_program, programs/device_programs.py). Where that
  * cannot be done either (a buffer outside the default memory, a client
- * without the method), the plugin's own error is raised. */
+ * without the method), the plugin's own error is raised, caused by the
+ * program's. */
 static PyObject* buffer_copy_refused(BufferObject* b, PJRT_Error* error, bool same_place) {
   const PJRT_Api* api = b->c->api;
   if (!same_place) return raise_pjrt(api, error);
@@ -42,9 +43,24 @@ static PyObject* buffer_copy_refused(BufferObject* b, PJRT_Error* error, bool sa
     error_destroy(api, error);
     return NULL;
   }
-  if (promise == NULL) {
-    PyErr_Clear();
-    return raise_pjrt(api, error);
+  if (promise == NULL) { /* the plugin's refusal, caused by why the program could not copy */
+    PyObject *type, *why, *trace;
+    PyErr_Fetch(&type, &why, &trace);
+    PyErr_NormalizeException(&type, &why, &trace);
+    if (why != NULL && trace != NULL) PyException_SetTraceback(why, trace);
+    raise_pjrt(api, error);
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (v != NULL && why != NULL) {
+      PyException_SetCause(v, why); /* steals why */
+      why = NULL;
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(why);
+    Py_XDECREF(trace);
+    PyErr_Restore(t, v, tb);
+    return NULL;
   }
   error_destroy(api, error);
   return promise;
@@ -77,7 +93,12 @@ static bool buffer_copy_loses_order(BufferObject* b) {
  * the target's PJRT address in *dst for the plugin's own copy. */
 static PyObject* buffer_copy_around_plugin(BufferObject* b, PyObject* target, void** dst) {
   *dst = NULL;
-  if (target != NULL && buffer_copy_loses_order(b)) {
+  if (target == NULL) return NULL;
+  if (buffer_live(b) < 0) { /* resolving the target ran Python: b may be gone */
+    Py_DECREF(target);
+    return NULL;
+  }
+  if (buffer_copy_loses_order(b)) {
     PyObject* copy = PyObject_CallMethod(b->client, "_copy_through_host", "OO", b, target);
     Py_DECREF(target);
     return copy;

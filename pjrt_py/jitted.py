@@ -298,9 +298,11 @@ class Jitted:
                 entry = self._flat.get((_jax_types.context(), tuple(metas)))
                 if entry is not None:
                     try:
-                        return self._outputs(entry, entry[0].execute_async(*args)._buffers)
+                        promise = entry[0].execute_async(*args)
                     except ValueError:  # Buffers on another device: the full path follows them
-                        pass
+                        promise = None
+                    if promise is not None:  # dispatched: nothing after this may run it again
+                        return self._outputs(entry, promise._buffers)
         entry, leaves = self._entry(args, kwargs)
         return self._outputs(entry, entry[0].execute_async(*leaves)._buffers)
 

@@ -18,7 +18,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import queued_work
+from conftest import queued_work, run_python
 
 import pjrt_py
 from pjrt_py.programs.device_programs import copy_on_device
@@ -121,3 +121,30 @@ class _Capsule:
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return self.device
+
+
+def test_a_buffer_deleted_while_its_target_is_resolved_is_refused() -> None:
+    # Resolving a copy's target runs Python (a memory kind is compared), which
+    # may delete the buffer: the copy then read the dead buffer's client, a
+    # segfault, found by a hostile review (and by two threads racing).
+    result = run_python(
+        """
+        import numpy as np, pjrt_py
+        c = pjrt_py.Client()
+        b = c.buffer(np.arange(6.0).reshape(2, 3))
+
+        class Kind(str):
+            def __eq__(self, other):
+                b.delete()
+                return str.__eq__(self, other)
+
+            __hash__ = str.__hash__
+
+        try:
+            b.copy_to_memory(Kind("device"))
+        except ValueError as e:
+            print("refused:", e)
+        """
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "refused:" in result.stdout and "deleted" in result.stdout, result.stdout

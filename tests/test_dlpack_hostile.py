@@ -234,6 +234,10 @@ def test_a_producer_that_cannot_say_its_device_is_named_with_its_reason(
     gone.delete()
     with pytest.raises(BufferError, match="has been deleted"):
         client.from_dlpack(gone)
+    gone_int4 = jnp.ones(4, jnp.int4)  # taken through numpy, not DLPack
+    gone_int4.delete()
+    with pytest.raises(BufferError, match="has been deleted"):
+        client.from_dlpack(gone_int4)
 
     class Refuses:
         def __dlpack__(self, **_: object) -> object:

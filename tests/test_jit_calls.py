@@ -195,3 +195,20 @@ def test_a_call_runs_where_its_buffers_are(client: pjrt_py.Client) -> None:
     with pytest.raises(ValueError, match=r"Buffers on several devices \(0, 2\)"):
         f(on[0], on[2])
     assert f(on[0], on[0]).device == client.devices[0]  # the fast path still serves device 0
+
+
+def test_the_all_buffer_path_never_runs_a_call_twice(client: pjrt_py.Client) -> None:
+    # Its fallback on a ValueError once wrapped the out= conversion too: a
+    # converter raising ValueError ran the program again on the full path.
+    runs = []
+
+    def refuse(buf: pjrt_py.Buffer) -> None:
+        runs.append(buf)
+        raise ValueError("out= refuses this")
+
+    f = pjrt_py.jit(lambda x: x + 1, out=refuse, client=client)
+    x = client.buffer(np.ones(3, np.float32))
+    for calls in (1, 2, 3):  # the first call fills the cache the next ones use
+        with pytest.raises(ValueError, match="out= refuses this"):
+            f(x)
+        assert len(runs) == calls

@@ -301,7 +301,10 @@ def test_the_guard_refuses_packed_layouts_only_on_builds_that_abort() -> None:
     auto = moved.replace("{0,1}", "auto")
     with pytest.raises(ValueError, match=r"parameter 'x' is int4\[2,3\] in layout \{0,1\}"):
         check_for_plugin(moved, (0, 81))
-    for text in (in_order, wide, auto):
+    tiled = moved.replace("{0,1}", "{0,1:T(2,2)}")  # a suffix once hid the order
+    with pytest.raises(ValueError, match=r"in layout \{0,1:T\(2,2\)\}"):
+        check_for_plugin(tiled, (0, 81))
+    for text in (in_order, wide, auto, in_order.replace("{1,0}", "{1,0:E(4)}")):
         check_for_plugin(text, (0, 81))
     check_for_plugin(moved, PACKED_LAYOUTS_FROM)
 

@@ -87,12 +87,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.command is None:  # `pjrt-py` alone: what it can do
-        parser.print_help()
-        return 0
     try:
+        parser = _parser()  # imports the commands' modules: Ctrl-C may come here too
+        args = parser.parse_args(argv)
+        if args.command is None:  # `pjrt-py` alone: what it can do
+            parser.print_help()
+            return 0
         code: int = args.fn(args)
     except KeyboardInterrupt:  # Ctrl-C: the documented 130, not a traceback
         print("interrupted", file=sys.stderr)

@@ -276,6 +276,7 @@ def import_dlpack(client: _Client, x: Any, device: Device | None, copy: bool | N
             )
         return host_to_device(client, x, device, viewable and not copy).buffer()
     if without_dlpack(x):  # a jax int4 & co: jax exports no DLPack for them
+        producer_device(x)  # a deleted array says so, as for any other dtype
         if copy is False:
             raise BufferError(
                 f"cannot use a jax {x.dtype} array without a copy (copy=False): DLPack has no "

@@ -14,8 +14,9 @@ isolate=True)`` runs the compiler in a helper process, where the abort is a
   ``return %x`` with only the parameter, or only the result, column-major.
   The program is refused on such a build whenever a packed parameter or
   result asks for an explicit order that is not row-major (``mhlo.layout_mode
-  = "{0,1}"``); which programs abort exactly is the compiler's business, so
-  the check is wider than the defect. The 0.106 and 0.115 builds compile and
+  = "{0,1}"``, with or without a tiling suffix such as ``"{0,1:T(2,2)}"``, or
+  one it cannot read); which programs abort exactly is the compiler's
+  business, so the check is wider than the defect. The 0.106 and 0.115 builds compile and
   run all of them correctly.
 """
 
@@ -39,8 +40,13 @@ def check_for_plugin(text: str, api_version: Sequence[int]) -> None:
     if tuple(api_version) >= PACKED_LAYOUTS_FROM:
         return
     for what, spec in _declared(text):
-        order = spec.minor_to_major() if spec.dtype in PACKED and not spec.default_layout else None
-        if order is not None and order != tuple(range(len(order) - 1, -1, -1)):
+        if spec.dtype not in PACKED or spec.default_layout or spec.layout == "auto":
+            continue
+        # The dimension order, before any tiling or element-size suffix
+        # ("{0,1:T(2,2)}"); what cannot be read is refused too.
+        dims = re.fullmatch(r"\{\s*([\d\s,]*?)\s*(?::.*)?\}", spec.layout or "")
+        order = tuple(int(d) for d in re.findall(r"\d+", dims.group(1))) if dims else None
+        if order is None or order != tuple(range(len(order) - 1, -1, -1)):
             raise ValueError(
                 f"{what} is {spec} in layout {spec.layout}: PJRT "
                 f"{api_version[0]}.{api_version[1]} builds abort the process compiling a "
