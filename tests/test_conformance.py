@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import pjrt_py
-from pjrt_py.conformance import compare, rewrite, ulp_distance
+from pjrt_py.conformance import RewriteError, compare, rewrite, ulp_distance
 from pjrt_py.conformance.worker import HOOK_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -544,3 +544,58 @@ def test_a_plugin_that_fails_to_start_is_reported_by_its_exception() -> None:
     assert raised(tail) == "FailedPreconditionError: No visible GPU devices."
     assert raised("Segmentation fault\n") is None
     assert raised("") is None
+
+
+@pytest.mark.parametrize("kind", ["expect_eq", "expect_almost_eq", "expect_close"])
+def test_a_failed_check_of_a_scalar_float_is_a_mismatch(tmp_path: Path, kind: str) -> None:
+    # ulp_distance made a 0-d array 1-d: the failed check was an error
+    # ("only 0-dimensional arrays can be converted"), a passing one passed.
+    program = f"""
+func.func @main() {{
+  %a = stablehlo.constant dense<6.0> : tensor<f32>
+  %b = stablehlo.constant dense<7.0> : tensor<f32>
+  stablehlo.custom_call @check.{kind}(%a, %b) : (tensor<f32>, tensor<f32>) -> ()
+  return
+}}
+"""
+    cases = write(tmp_path / "cases", {"scalar.mlir": program})
+    result = pjrt_py_test(str(cases), "-j", "1")
+    assert result.returncode == 1 and "MISMATCH" in result.stdout, result.stdout
+
+
+def test_a_check_the_rewrite_cannot_run_is_refused_not_passed() -> None:
+    # One in a private function was skipped (the file passed with 0 checks);
+    # one in a while body cut @main apart and the compiler's error followed.
+    in_private = """
+func.func private @helper(%a: tensor<2xf32>) {
+  %w = stablehlo.constant dense<[9.0, 9.0]> : tensor<2xf32>
+  stablehlo.custom_call @check.expect_eq(%a, %w) : (tensor<2xf32>, tensor<2xf32>) -> ()
+  return
+}
+func.func @main() {
+  %a = stablehlo.constant dense<[1.0, 2.0]> : tensor<2xf32>
+  func.call @helper(%a) : (tensor<2xf32>) -> ()
+  return
+}
+"""
+    in_region = """
+func.func @main() {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %r = stablehlo.while(%i = %c0) : tensor<i32>
+  cond {
+    %lim = stablehlo.constant dense<3> : tensor<i32>
+    %p = stablehlo.compare LT, %i, %lim : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %n = stablehlo.add %i, %i : tensor<i32>
+    stablehlo.custom_call @check.expect_eq(%n, %n) : (tensor<i32>, tensor<i32>) -> ()
+    stablehlo.return %n : tensor<i32>
+  }
+  return
+}
+"""
+    with pytest.raises(RewriteError, match="outside @main"):
+        rewrite(in_private)
+    with pytest.raises(RewriteError, match="inside a region"):
+        rewrite(in_region)
+    assert rewrite(PRETTY).checks  # a check at @main's top level still rewrites

@@ -269,6 +269,14 @@ def rewrite(text: str) -> Rewritten:
             else:
                 assert generic is not None and target_match is not None
                 target, open_paren = target_match.group(1), generic.end() - 1
+            call = pretty or generic
+            assert call is not None
+            if statement.count("{", 0, call.start()) > statement.count("}", 0, call.start()):
+                raise RewriteError(
+                    f"line {line}: {target} is inside a region (a while, if, case or reduce "
+                    "body), whose values cannot become results of @main; check the region's "
+                    "result after it instead"
+                )
             kind = _normalise(target)
             operands, types, has_results = _operands_and_types(statement, open_paren)
             indent = statement[: len(statement) - len(statement.lstrip())]
@@ -299,6 +307,13 @@ def rewrite(text: str) -> Rewritten:
         else:
             new_lines.append(statement)
         pos = end + 1
+    outside = text[: main.body_start] + text[main.body_end :]
+    stray = _PRETTY.search(outside) or _TARGET.search(outside)
+    if stray is not None:  # it would never run: the file would pass unchecked
+        raise RewriteError(
+            f"{stray.group(1)} outside @main (in another function) is not run as a check; "
+            "only @main's checks become results: move it into @main"
+        )
     if checks and not return_seen:
         raise RewriteError("no return in @main")
     if not checks:

@@ -82,7 +82,9 @@ def _sign_magnitude(a: npt.NDArray[Any]) -> tuple[npt.NDArray[np.bool_], npt.NDA
     for IEEE-like formats the magnitude's bits count representable steps.
     Sub-byte types sit in the low bits of their byte; float8_e8m0fnu has no
     sign bit."""
+    # ascontiguousarray makes a 0-d array 1-d: the shape is put back.
     raw = np.ascontiguousarray(a).view(_UINT_OF_SIZE[a.dtype.itemsize]).astype(np.uint64)
+    raw = raw.reshape(a.shape)
     if a.dtype.kind == "f" and a.dtype.name in ("float16", "float32", "float64"):
         width = 8 * a.dtype.itemsize
     else:
