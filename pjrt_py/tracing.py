@@ -44,6 +44,7 @@ import json
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -128,6 +129,17 @@ def _shape_of(x: Any) -> str:
     return f"{dtype}[{','.join(map(str, shape))}]"
 
 
+# Spans' threads: the OS thread id (small, as Perfetto's JSON reader wants, and
+# not the next thread's as Python's ident often is), named when it recorded.
+_thread_names: dict[int, str] = {}
+
+
+def _thread_id() -> int:
+    tid = threading.get_native_id()
+    _thread_names[tid] = threading.current_thread().name
+    return tid
+
+
 def _record(category: str, name: str, start: float, args: dict[str, Any]) -> None:
     end = time.perf_counter_ns()
     event = {
@@ -137,7 +149,7 @@ def _record(category: str, name: str, start: float, args: dict[str, Any]) -> Non
         "ts": start / 1000,
         "dur": (end - start) / 1000,
         "pid": os.getpid(),
-        "tid": threading.get_ident(),
+        "tid": _thread_id(),
         "args": args,
     }
     for recorder in list(_active):
@@ -278,8 +290,12 @@ def trace(path: str | os.PathLike[str] | None = None, *, device: bool = True) ->
         _active.append(recorder)
     if device:
         device_trace.open_block(recorder)
+    failed = False
     try:
         yield recorder
+    except BaseException:
+        failed = True
+        raise
     finally:
         try:
             if device:
@@ -292,7 +308,13 @@ def trace(path: str | os.PathLike[str] | None = None, *, device: bool = True) ->
                 if not _active:
                     _uninstall()
             if path is not None:
-                write(recorder, path)
+                try:
+                    write(recorder, path)
+                except OSError as e:
+                    if not failed:
+                        raise
+                    # The block's own exception is the one to see; this one says why no file.
+                    warnings.warn(f"trace: {e}; the block raised first", RuntimeWarning, 3)
 
 
 def xplane_path(path: str | os.PathLike[str], index: int = 0) -> str:
@@ -331,7 +353,7 @@ def write(recorder: Recorder, path: str | os.PathLike[str]) -> None:
     """
     host = os.getpid()
     threads = {e["tid"] for e in recorder.events if e["pid"] == host}
-    names = {t.ident: t.name for t in threading.enumerate()}
+    names = _thread_names
     meta = [
         {
             "name": "thread_name",

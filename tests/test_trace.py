@@ -132,3 +132,36 @@ def test_a_path_that_is_not_a_path_is_refused(path: object) -> None:
     trace = pjrt_py.trace(path)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="trace path must be a str or path"), trace:
         pass
+
+
+def test_threads_are_tracks_named_as_they_ran(tmp_path: Path) -> None:
+    # tid was threading.get_ident(), reused by the next thread (three workers
+    # run one after another shared a track) and past the 32 bits Perfetto's
+    # JSON reader takes; names were looked up only when the file was written.
+    out = tmp_path / "t.json"
+    client = pjrt_py.Client()
+    exe = client.compile(ADD_F32_8)
+    x = np.ones(8, np.float32)
+    with pjrt_py.trace(out, device=False):
+        for i in range(3):
+            worker = threading.Thread(target=lambda: exe.execute(x, x), name=f"worker{i}")
+            worker.start()
+            worker.join()
+    events = json.loads(out.read_text())["traceEvents"]
+    tracks = {e["tid"] for e in events if e.get("ph") == "X" and e.get("cat") == "dispatch"}
+    assert len(tracks) == 3 and all(0 < t < 2**32 for t in tracks)
+    named = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert {"worker0", "worker1", "worker2"} <= named
+
+
+def test_a_trace_file_that_cannot_be_written_leaves_the_blocks_error(tmp_path: Path) -> None:
+    nowhere = tmp_path / "no" / "such" / "dir.json"
+    with (
+        pytest.warns(RuntimeWarning, match="the block raised first"),
+        pytest.raises(KeyError, match="the block's own"),
+        pjrt_py.trace(nowhere, device=False),
+    ):
+        raise KeyError("the block's own")
+    # with no error of its own, the block gets the OSError
+    with pytest.raises(OSError), pjrt_py.trace(nowhere, device=False):
+        pass
