@@ -448,3 +448,19 @@ def test_an_isolated_compile_is_refused_for_a_client_spanning_processes() -> Non
     with pytest.raises(pjrt_py.UnsupportedError, match="helper process, which cannot join"):
         client.compile("func.func @main() -> () { return }", isolate=True)
     client.compile("func.func @main() -> () { return }", isolate=False)
+
+
+def test_in_memory_get_takes_a_real_timeout() -> None:
+    # NaN never passed its deadline: the wait spun a core forever; inf and
+    # 10**30 overflowed the condition's wait instead of waiting.
+    from pjrt_py.distributed.stores import InMemoryStore  # noqa: PLC0415
+
+    store = InMemoryStore()
+    with pytest.raises(ValueError, match="NaN"):
+        store.get(b"k", float("nan"))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="must be a number"):
+        store.get(b"k", "5")  # type: ignore[arg-type]
+    for forever in (float("inf"), 10**30):
+        fresh = InMemoryStore()
+        threading.Timer(0.2, fresh.put, (b"k", b"v")).start()
+        assert fresh.get(b"k", forever) == b"v"  # type: ignore[arg-type]

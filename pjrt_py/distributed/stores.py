@@ -77,13 +77,17 @@ class InMemoryStore:
         DeadlineExceededError
             If the key is not put in time.
         """
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)):
+            raise TypeError(f"timeout_ms must be a number, not {type(timeout_ms).__name__}")
+        if timeout_ms != timeout_ms:  # NaN: no deadline ever passes, and the wait spun
+            raise ValueError("timeout_ms is NaN")
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000  # inf: no deadline
         with self._changed:
             while key not in self._data:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise DeadlineExceededError(f"key {key!r} not put within {timeout_ms} ms")
-                self._changed.wait(left)
+                self._changed.wait(min(left, threading.TIMEOUT_MAX))
             return self._data[key]
 
     def try_get(self, key: bytes) -> bytes:
