@@ -464,3 +464,19 @@ def test_in_memory_get_takes_a_real_timeout() -> None:
         fresh = InMemoryStore()
         threading.Timer(0.2, fresh.put, (b"k", b"v")).start()
         assert fresh.get(b"k", forever) == b"v"  # type: ignore[arg-type]
+
+
+def test_wrong_process_options_and_a_store_class_say_what_is_wrong() -> None:
+    # num_nodes=0, -1 or "2" were refused as "cannot be one of several
+    # processes"; the store's class (not an instance) was accepted.
+    from pjrt_py.distributed.stores import InMemoryStore  # noqa: PLC0415
+
+    for options, error, says in (
+        ({"num_nodes": 0}, ValueError, "cannot be 0"),
+        ({"node_id": -1}, ValueError, "cannot be -1"),
+        ({"num_nodes": "2"}, TypeError, "must be an int, not str"),
+    ):
+        with pytest.raises(error, match=says):
+            pjrt_py.Client(options=options)
+    with pytest.raises(TypeError, match="not the class InMemoryStore"):
+        pjrt_py.Client(kv_store=InMemoryStore)

@@ -134,6 +134,12 @@ def refuse_multiprocess_cpu(platform: str, options: Mapping[str, Any]) -> None:
     if platform != "cpu":
         return
     asked = {k: options[k] for k in _PROCESS_OPTIONS if k in options}
+    for key, value in asked.items():  # a wrong value is said as such, not as "several"
+        number = _integer(value)
+        if number is None:
+            raise TypeError(f"client option {key!r} must be an int, not {type(value).__name__}")
+        if number < (1 if key == "num_nodes" else 0):
+            raise ValueError(f"client option {key!r} cannot be {number}")
     many = any(
         (k == "num_nodes" and _integer(v) != 1) or (k != "num_nodes" and _integer(v) != 0)
         for k, v in asked.items()

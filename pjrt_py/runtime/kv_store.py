@@ -42,6 +42,8 @@ class KeyValueStore(Protocol):
 
 def check_store(store: Any) -> None:
     """``TypeError`` unless ``store`` has callable get, try_get and put."""
+    if isinstance(store, type):  # its methods are callable, but unbound
+        raise TypeError(f"kv_store must be a store, not the class {store.__name__}: call it")
     missing = [m for m in ("get", "try_get", "put") if not callable(getattr(store, m, None))]
     if missing:
         raise TypeError(
