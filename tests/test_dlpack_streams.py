@@ -208,6 +208,23 @@ def test_import_is_ordered_after_the_producers_pending_work() -> None:
 
 
 @pytest.mark.gpu
+def test_import_from_another_gpu_than_the_current_waits_for_its_work() -> None:
+    # torch orders the consumer's stream after its current device's stream:
+    # pjrt_py makes the tensor's device current for __dlpack__ (foreign.py).
+    client, torch = _gpu()
+    if torch.cuda.device_count() < 2 or len(client.devices) < 2:
+        pytest.skip("needs two CUDA devices (the tensor's and another current one)")
+    with torch.cuda.device(0):
+        for _ in range(5):
+            a = torch.randn(4096, 4096, device="cuda:1")
+            b = a @ a  # queued on cuda:1's stream, likely still running
+            buf = pjrt_py.from_dlpack(b, copy=False)
+            got = buf.to_numpy()
+            torch.cuda.synchronize(1)
+            np.testing.assert_array_equal(got, b.cpu().numpy())
+
+
+@pytest.mark.gpu
 def test_export_orders_the_consumers_stream_not_the_host() -> None:
     client, torch = _gpu()
     n = 4096

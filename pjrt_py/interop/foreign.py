@@ -19,6 +19,7 @@ execution in flight may read a mix.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import TYPE_CHECKING, Any
 
@@ -166,11 +167,26 @@ def take(x: Any, stream: int | None = None) -> Any:
         raise TypeError(f"{type(x).__name__} is not a DLPack producer (it has no __dlpack__)")
     kwargs = {} if stream is None else {"stream": stream}
     x, method = _resolve_lazy_bits(x, method)
-    try:
-        capsule = method(max_version=VERSION, **kwargs)
-    except TypeError:  # a producer older than DLPack 1.0 takes no max_version
-        capsule = method(**kwargs)
+    with _on_producers_device(x):
+        try:
+            capsule = method(max_version=VERSION, **kwargs)
+        except TypeError:  # a producer older than DLPack 1.0 takes no max_version
+            capsule = method(**kwargs)
     return _core.dlpack_unpack(capsule)
+
+
+def _on_producers_device(x: Any) -> Any:
+    """torch's ``__dlpack__(stream=s)`` orders ``s`` after torch's current
+    stream of its *current* device, not of the tensor's: for a tensor on
+    cuda:1 while cuda:0 is current, the consumer's stream would not wait for
+    the kernel that wrote it. Made current for the call, the tensor's device
+    is the one whose work is waited for (found by reading torch's
+    ``Tensor.__dlpack__``; jax's import has the same gap)."""
+    if type(x).__module__.startswith("torch") and getattr(x, "is_cuda", False) is True:
+        import torch  # noqa: PLC0415  (loaded: x is its tensor)
+
+        return torch.cuda.device(x.device)
+    return contextlib.nullcontext()
 
 
 def _why_not_view(client: _Client, tensor: Any, target: Device) -> str | None:
