@@ -35,6 +35,16 @@ def test_jax_variables_are_read_with_jax_meanings() -> None:
     for off in ("false", "False", "0"):
         assert from_environment({"XLA_PYTHON_CLIENT_PREALLOCATE": off}) == {"preallocate": False}
     assert from_environment({"XLA_CLIENT_MEM_FRACTION": "0.25"}) == {"memory_fraction": 0.25}
+    flags = {
+        "XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE": "1",
+        "XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT": "0",
+        "XLA_PYTHON_CLIENT_ALLOCATOR": "address",
+    }
+    assert from_environment(flags) == {
+        "abort_collectives_on_failure": True,
+        "use_tfrt_gpu_client": False,
+        "allocator": "address",
+    }
 
 
 def test_caller_options_win_over_the_environment() -> None:
@@ -51,6 +61,7 @@ def test_caller_options_win_over_the_environment() -> None:
         ({"XLA_PYTHON_CLIENT_MEM_FRACTION": "half"}, "XLA_PYTHON_CLIENT_MEM_FRACTION"),
         ({"XLA_CLIENT_MEM_FRACTION": ".1", "XLA_PYTHON_CLIENT_MEM_FRACTION": ".2"}, "both set"),
         ({"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB": "1.5"}, "COLLECTIVE_MEM_SIZE_MB"),
+        ({"XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT": "yes"}, "USE_TFRT_GPU_CLIENT must be 0 or 1"),
     ],
 )
 def test_bad_environment_values_are_refused_by_name(env: dict[str, str], message: str) -> None:

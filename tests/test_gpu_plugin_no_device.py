@@ -31,6 +31,7 @@ from pjrt_py import _core
 from pjrt_py.callbacks import host_callback
 from pjrt_py.interop import dlpack
 from pjrt_py.runtime.client_options import KNOWN
+from pjrt_py.runtime.gpu_memory import ALLOCATORS
 
 NO_GPU = "No visible GPU devices"
 
@@ -104,7 +105,18 @@ SAMPLES = {
     "enable_mock_nccl": False,
     "mock_gpu_topology": "",
     "should_stage_host_to_device_transfers": True,
+    "abort_collectives_on_failure": False,
+    "use_tfrt_gpu_client": False,
+    "partition_index": 0,
 }
+
+
+def test_every_allocator_pjrt_py_takes_is_one_the_plugin_takes(cuda: Any) -> None:
+    # The plugin checks the allocator's name before it looks for a GPU
+    # ("Allocator ... not supported": measured with a name it lacks).
+    for allocator in ALLOCATORS:
+        with pytest.raises(pjrt_py.FailedPreconditionError, match=NO_GPU):
+            pjrt_py.Client(cuda, options={"allocator": allocator})
 
 
 def test_every_cuda_option_pjrt_py_knows_is_one_the_plugin_takes(cuda: Any) -> None:

@@ -96,6 +96,9 @@ KNOWN: dict[str, dict[str, Check]] = {
         "enable_mock_nccl": _bool,
         "mock_gpu_topology": _str,
         "should_stage_host_to_device_transfers": _bool,
+        "abort_collectives_on_failure": _bool,
+        "use_tfrt_gpu_client": _bool,
+        "partition_index": _int(0, 1 << 20),
     },
 }
 KNOWN["rocm"] = KNOWN["cuda"]

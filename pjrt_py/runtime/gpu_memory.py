@@ -40,7 +40,15 @@ from typing import Any
 
 GPU_PLATFORMS = frozenset({"cuda", "rocm"})
 
-ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")
+# What jax 0.12 and the CUDA plugin 0.11.2 take ("address" is new there; the
+# plugin names the same six when refusing another, measured without a GPU).
+ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm", "address")
+
+# Boolean variables jax also reads into client options, "0" or "1" ("1" on).
+_FLAGS = {
+    "XLA_PYTHON_CLIENT_ABORT_COLLECTIVES_ON_FAILURE": "abort_collectives_on_failure",
+    "XLA_PYTHON_CLIENT_USE_TFRT_GPU_CLIENT": "use_tfrt_gpu_client",
+}
 
 # What pjrt_py asks for where neither the caller nor the environment says.
 DEFAULTS: dict[str, Any] = {"preallocate": False}
@@ -72,6 +80,13 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
     preallocate = environ.get("XLA_PYTHON_CLIENT_PREALLOCATE", "")
     if preallocate:
         options["preallocate"] = preallocate not in ("false", "False", "0")
+    for variable, option in _FLAGS.items():  # only where set: older plugins lack them
+        text = environ.get(variable, "")
+        if text:
+            try:
+                options[option] = bool(int(text))
+            except ValueError:
+                raise ValueError(f"{variable} must be 0 or 1, got {text!r}") from None
     megabytes = environ.get("XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB", "")
     if megabytes:
         try:
