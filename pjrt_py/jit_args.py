@@ -120,6 +120,12 @@ def leaf_specs(
         elif isinstance(x, (np.ndarray, np.generic)):  # memmap, matrix: as their data
             refuse_masked(x, f"pjrt_py.jit argument {i}")
             x = np.asarray(x)
+            if not x.dtype.isnative:  # jax's own message depends on the function
+                raise TypeError(
+                    f"pjrt_py.jit argument {i} is {x.dtype.str}, not in the machine's byte "
+                    "order, which jax cannot trace: convert it, e.g. "
+                    "x.astype(x.dtype.newbyteorder('='))"
+                )
             dtype = jax_types.canonical(x.dtype)
             if dtype != x.dtype:
                 x = x.astype(dtype)

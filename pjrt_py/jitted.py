@@ -134,8 +134,10 @@ class Jitted:
             return args, kwargs, ()
         dyn = tuple(a for i, a in enumerate(args) if i not in nums)
         dyn_kw = {k: v for k, v in kwargs.items() if k not in names}
-        static = tuple((i, args[i]) for i in nums if i < len(args)) + tuple(
-            sorted((k, v) for k, v in kwargs.items() if k in names)
+        # Each value with its type, as jax keys them: 1, True, 1.0 and
+        # np.int32(1) are equal and hash alike, but trace differently.
+        static = tuple((i, type(args[i]), args[i]) for i in nums if i < len(args)) + tuple(
+            sorted(((k, type(v), v) for k, v in kwargs.items() if k in names), key=lambda kv: kv[0])
         )
         try:
             hash(static)

@@ -212,3 +212,34 @@ def test_the_all_buffer_path_never_runs_a_call_twice(client: pjrt_py.Client) -> 
         with pytest.raises(ValueError, match="out= refuses this"):
             f(x)
         assert len(runs) == calls
+
+
+def test_equal_static_values_of_different_types_trace_apart(client: pjrt_py.Client) -> None:
+    # 1, True, 1.0 and np.int32(1) are equal and hash alike: the cache keyed
+    # on the value alone gave all four the first call's program. jax keys the
+    # type too (checked: it returns 1, 100, 10, 1000 here).
+    def f(a: Any, n: Any) -> Any:
+        return a + {bool: 100, float: 10, int: 1}.get(type(n), 1000)
+
+    g = pjrt_py.jit(f, static_argnums=1, client=client)
+    a = np.zeros(1, np.float32)
+    got = [float(g(a, n).to_numpy()[0]) for n in (1, True, 1.0, np.int32(1))]
+    assert got == [1.0, 100.0, 10.0, 1000.0]
+    assert g.cache_size() == 4
+    h = pjrt_py.jit(lambda v: jnp_full(v), static_argnames="v", client=client)
+    assert h(v=1).dtype == np.int32 and h(v=1.0).dtype == np.float32
+
+
+def jnp_full(v: Any) -> Any:
+    import jax.numpy as jnp  # noqa: PLC0415
+
+    return jnp.full((2,), v)
+
+
+def test_a_big_endian_array_is_refused_with_the_way_out(client: pjrt_py.Client) -> None:
+    f = pjrt_py.jit(lambda a: a * 2, client=client)
+    swapped = np.arange(4, dtype=">f4")
+    with pytest.raises(TypeError, match="byte order.*newbyteorder"):
+        f(swapped)
+    native = swapped.astype(swapped.dtype.newbyteorder("="))
+    np.testing.assert_array_equal(f(native).to_numpy(), 2 * np.arange(4, dtype=np.float32))
