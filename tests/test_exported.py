@@ -99,3 +99,17 @@ def test_the_platform_index_parameter_must_be_there() -> None:
 def test_other_objects_are_still_a_type_error(client: pjrt_py.Client) -> None:
     with pytest.raises(TypeError, match="jax.export.Exported"):
         client.compile(42)  # type: ignore[arg-type]
+
+
+def test_a_typed_key_is_taken_as_its_data(client: pjrt_py.Client) -> None:
+    # exported.call takes jax.random.key(0); execute refused it (TypeError)
+    # and took only jax.random.key_data(k).
+    jax = pytest.importorskip("jax", reason="jax.export")
+    from jax import export  # noqa: PLC0415
+
+    k = jax.random.key(0)
+    exported = export.export(jax.jit(lambda k: jax.random.normal(k, (3,))))(k)
+    exe = client.compile(exported)
+    want = np.asarray(exported.call(k))
+    np.testing.assert_array_equal(exe.execute(k).to_numpy(), want)
+    np.testing.assert_array_equal(exe.execute(jax.random.key_data(k)).to_numpy(), want)
