@@ -110,3 +110,51 @@ def test_exit_with_work_in_flight_ends_with_the_programs_status(
     # The exit sequence waits at most 0.3 s here; the rest is finalization.
     slowest = max(r["exit_s"] for r in results)
     assert slowest < 10, f"an exit took {slowest:.1f} s"
+
+
+DAEMON_COMPILES = """
+import sys, threading, time
+import pjrt_py
+
+c = pjrt_py.Client()
+
+
+def program(i: int) -> str:
+    t = f"tensor<{64 + i % 200}x{64 + i % 200}xf32>"
+    body = "".join(f"  %a{k} = stablehlo.tanh %a{k - 1} : {t}\\n" for k in range(1, 200))
+    return f"func.func @main(%a0: {t}) -> {t} {{\\n{body}  return %a199 : {t}\\n}}"
+
+
+def compile_forever() -> None:
+    i = 0
+    while True:
+        i += 1
+        try:
+            c.compile(program(i), cache=False)
+        except (ValueError, RuntimeError):  # the interpreter is exiting
+            pass
+
+
+for _ in range(2):
+    threading.Thread(target=compile_forever, daemon=True).start()
+time.sleep(0.3)
+sys.exit(3)
+"""
+
+
+def test_exit_while_daemon_threads_compile() -> None:
+    # jaxlib serializes each program to portable bytecode in C++ that releases
+    # the GIL; CPython ends a daemon thread that asks for it back during
+    # finalization with pthread_exit, which jaxlib's frames turn into SIGABRT
+    # ("FATAL: exception not rethrown"): 7 of 40 exits here before such calls
+    # ran on a thread the exit joins (programs/joined.py).
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1", "PJRT_PY_EXIT_TIMEOUT": "0"}
+    for _ in range(12 if DEFAULT_BUILD else 6):
+        result = subprocess.run(
+            [sys.executable, "-c", DAEMON_COMPILES],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert result.returncode == 3, result.stderr[-2000:]

@@ -23,6 +23,7 @@ from ..runtime.errors import PjrtError, UnimplementedError, UnsupportedError
 from ..runtime.plugin import named_values
 from . import proto as _hlo_proto
 from . import serialization
+from .joined import run_joined
 from .signature import ArgSpec, signature_from_shapes
 
 if TYPE_CHECKING:
@@ -245,7 +246,8 @@ class CompiledProgram:
             ) from None
         try:
             module = _hlo_proto.hlo_module(data, fmt)
-            text: str = _hlo.HloModule.from_serialized_hlo_module_proto(module).to_string()
+            hlo = run_joined(_hlo.HloModule.from_serialized_hlo_module_proto, module)
+            text: str = run_joined(hlo.to_string)  # jaxlib's C++: see joined
         except (_hlo_proto.ProtoError, ValueError, RuntimeError) as e:
             raise UnsupportedError(
                 f"jaxlib cannot print this plugin's {fmt!r} program (a different XLA version?): {e}"

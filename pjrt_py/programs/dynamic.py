@@ -49,6 +49,7 @@ import numpy as np
 
 from ..runtime.errors import ProgramError, UnsupportedError
 from ..runtime.promise import BufferPromise
+from .joined import run_joined
 from .mlir_text import bytecode_to_text, main_body, main_signature, read_main, split_top_level
 from .signature import ArgSpec
 
@@ -135,8 +136,11 @@ def specialize(
     body = main_body(text, rewritten)
     wrapped = text[: body + 1] + "".join(f"\n    {line}" for line in prologue) + text[body + 1 :]
     try:
-        refined = _jax.mlir.refine_polymorphic_shapes(
-            wrapped.encode(), enable_shape_assertions=True, validate_static_shapes=True
+        refined = run_joined(  # jaxlib's C++: see joined
+            _jax.mlir.refine_polymorphic_shapes,
+            wrapped.encode(),
+            enable_shape_assertions=True,
+            validate_static_shapes=True,
         )
     except Exception as e:  # jaxlib's message: a failed shape_assertion, or why not static
         message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -29,6 +29,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from .joined import run_joined
+
 if TYPE_CHECKING:
     from ..runtime.plugin import Plugin
 
@@ -74,7 +76,7 @@ def for_plugin(plugin: Plugin, text: str) -> bytes | None:
     serialize = _serializer()
     assert serialize is not None
     try:
-        data = serialize[0](text, version)
+        data = run_joined(serialize[0], text, version)  # jaxlib's C++: see joined
     except Exception:  # jaxlib cannot read it: the plugin says why, from the text
         return None
     return bytes(data)

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..runtime.dtypes import MLIR_NAMES
+from .joined import run_joined
 from .mlir_bytecode import MAGIC as BYTECODE_MAGIC
 from .mlir_bytecode import producer, text_is_utf8
 from .mlir_lexer import Lexed, lex
@@ -330,13 +331,17 @@ def bytecode_to_text(code: bytes) -> str | None:
         from jaxlib.mlir.dialects import stablehlo  # noqa: PLC0415
     except ImportError:
         return None
-    try:
+
+    def read() -> str:
         with mlir.make_ir_context() as context:
             if is_portable_artifact(code):  # VHLO: read back as StableHLO, as a plugin does
                 module = stablehlo.deserialize_portable_artifact(context, code)
             else:
                 module = ir.Module.parse(code)
             return str(module.operation.get_asm(enable_debug_info=False))
+
+    try:
+        return run_joined(read)  # jaxlib's C++: see joined
     except Exception:  # MLIRError, or an older jax's other error: the compiler reports it
         return None
 
