@@ -312,13 +312,15 @@ static PyObject* promise_result(PromiseObject* p) {
  * Never blocks. An event not ready yet of a buffer already known ready (its
  * data was read) counts as done: that is only the plugin's lag. */
 static int promise_poll(PromiseObject* p) {
-  if (p->done) return 1;
+  /* First, even for a done promise: in a forked child the parent's results
+   * are refused alike, read or not (docs/lifetimes.md). */
   if (p->c->generation != g_generation) { /* its events would never fire here */
     PyErr_SetString(PyExc_ValueError,
                     "promise belongs to a client created before os.fork() in the parent "
                     "process; create a new pjrt_py.Client in this process");
     return -1;
   }
+  if (p->done) return 1;
   if (p->job != NULL) return staged_promise_poll(p);
   if (promise_make_events(p) < 0) return -1;
   for (int i = 0; i < p->num_events; ++i) {

@@ -571,6 +571,45 @@ def test_forked_child_works_with_a_new_client() -> None:
 
 
 @pytest.mark.needs_fork_children
+def test_a_forked_child_refuses_the_parents_promises_read_or_not() -> None:
+    # A promise the parent had read gave its Buffer in the child (which then
+    # refused every use); one not read raised. Both raise now, as documented.
+    result, _ = run_clean(
+        f"""
+        import os, sys
+        import numpy as np, pjrt_py
+        ADD = {ADD_F32_8!r}
+        c = pjrt_py.Client()
+        x = np.arange(8, dtype=np.float32)
+        exe = c.compile(ADD)
+        read = exe.execute_async(x, x)
+        read.value()
+        arrays = c.buffer(x).to_numpy_async()
+        arrays.value()
+        sys.stdout.flush()
+        pid = os.fork()
+        if pid == 0:
+            for name, promise in (("buffers", read), ("array", arrays)):
+                for use in ("value", "is_ready"):
+                    try:
+                        getattr(promise, use)()
+                        print("child", name, use, "answered", flush=True)
+                    except ValueError as e:
+                        print("child", name, use, "refused", "os.fork()" in str(e), flush=True)
+            sys.exit(0)
+        print("child-exit", wait_child(pid))
+        print("parent", read.value().to_numpy().sum(), arrays.value().sum())
+        """,
+        prelude=WAIT_CHILD,
+    )
+    out = result.stdout
+    for name in ("buffers", "array"):
+        for use in ("value", "is_ready"):
+            assert f"child {name} {use} refused True" in out, out + result.stderr[-2000:]
+    assert "child-exit 0" in out and "parent 56.0 28.0" in out, out
+
+
+@pytest.mark.needs_fork_children
 def test_forked_child_of_a_parent_that_never_compiled_compiles() -> None:
     result, _ = run_clean(
         f"""
