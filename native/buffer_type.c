@@ -39,7 +39,8 @@ static PyObject* buffer_copy_out(BufferObject* b, size_t direct_limit, int wait)
       return result;
     }
   }
-  bool packed = pjrt_type_packed(pjrt_type_of(PyArray_DESCR((PyArrayObject*)array)));
+  bool packed = PyArray_ITEMSIZE((PyArrayObject*)array) == 1 && /* numpy's packed: 1 byte */
+                pjrt_type_packed(pjrt_type_of(PyArray_DESCR((PyArrayObject*)array)));
   if (nbytes == 0 ||
       (!packed && nbytes <= direct_limit && buffer_read_direct(b, data, nbytes, (size_t)ndim))) {
     result = wait ? array : promise_of_array(c, array, (PyObject*)b, NULL);
