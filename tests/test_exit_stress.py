@@ -158,3 +158,51 @@ def test_exit_while_daemon_threads_compile() -> None:
             env=env,
         )
         assert result.returncode == 3, result.stderr[-2000:]
+
+
+ATEXIT_COMPILES = """
+import atexit, sys, threading, time
+import pjrt_py
+from pjrt_py.programs import form
+
+c = pjrt_py.Client()
+t = "tensor<64x64xf32>"
+body = "".join(f"  %a{k} = stablehlo.tanh %a{k - 1} : {t}\\n" for k in range(1, 2000))
+text = f"func.func @main(%a0: {t}) -> {t} {{\\n{body}  return %a1999 : {t}\\n}}"
+go = threading.Event()
+
+
+def serialize_forever() -> None:  # compile's jaxlib step alone, to be in it at exit
+    go.wait()
+    while True:
+        form.for_plugin(c.plugin, text)
+
+
+for _ in range(2):
+    threading.Thread(target=serialize_forever, daemon=True).start()
+
+
+def late() -> None:  # the threads start compiling after shutdown joined its threads
+    go.set()
+    time.sleep(0.3)
+
+
+atexit.register(late)
+sys.exit(3)
+"""
+
+
+def test_exit_while_daemon_threads_compile_in_an_atexit_handler() -> None:
+    # After the shutdown has joined its threads (atexit handlers run then), a
+    # new non-daemon thread is joined by nothing: the first version of
+    # programs/joined.py let the abort back in, in 5 exits of 5 here.
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    for _ in range(3):
+        result = subprocess.run(
+            [sys.executable, "-c", ATEXIT_COMPILES],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+        assert result.returncode == 3, result.stderr[-2000:]
