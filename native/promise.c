@@ -210,8 +210,19 @@ static PyObject* promise_failed(pjrt_py_client* c, PyObject* error, int arity) {
   return (PyObject*)p;
 }
 
-/* -1 with the work's error set if `p` failed at dispatch. */
+/* -1 with a ValueError if `p` is of a client made before fork() in a parent:
+ * its events never fire here (docs/lifetimes.md). Every use asks this first. */
+static int promise_forked(PromiseObject* p) {
+  if (p->c->generation == g_generation) return 0;
+  PyErr_SetString(PyExc_ValueError,
+                  "promise belongs to a client created before os.fork() in the parent "
+                  "process; create a new pjrt_py.Client in this process");
+  return -1;
+}
+
+/* -1 with the work's error set if `p` failed at dispatch (or is a parent's). */
 static int promise_check_failed(PromiseObject* p) {
+  if (promise_forked(p) < 0) return -1;
   if (!p->failed) return 0;
   PyErr_SetObject((PyObject*)Py_TYPE(p->error), p->error);
   return -1;
@@ -308,18 +319,10 @@ static PyObject* promise_result(PromiseObject* p) {
   return result;
 }
 
-/* 1 if the work is done (error harvested), 0 if pending, -1 on failure.
- * Never blocks. An event not ready yet of a buffer already known ready (its
- * data was read) counts as done: that is only the plugin's lag. */
+/* 1 if the work is done (error harvested), 0 if pending, -1 on failure. Never
+ * blocks. A pending event of a buffer known ready counts as done (plugin lag). */
 static int promise_poll(PromiseObject* p) {
-  /* First, even for a done promise: in a forked child the parent's results
-   * are refused alike, read or not (docs/lifetimes.md). */
-  if (p->c->generation != g_generation) { /* its events would never fire here */
-    PyErr_SetString(PyExc_ValueError,
-                    "promise belongs to a client created before os.fork() in the parent "
-                    "process; create a new pjrt_py.Client in this process");
-    return -1;
-  }
+  if (promise_forked(p) < 0) return -1; /* first: a parent's is refused, read or not */
   if (p->done) return 1;
   if (p->job != NULL) return staged_promise_poll(p);
   if (promise_make_events(p) < 0) return -1;

@@ -308,6 +308,7 @@ static PyObject* buffer_promise_dlpack_device(PromiseObject* p, PyObject* unused
 }
 
 static Py_ssize_t buffer_promise_len(PromiseObject* p) {
+  if (promise_forked(p) < 0) return -1;
   return p->failed ? p->arity : promise_visible(p);
 }
 
