@@ -148,14 +148,15 @@ def test_exit_while_daemon_threads_compile() -> None:
     # finalization with pthread_exit, which jaxlib's frames turn into SIGABRT
     # ("FATAL: exception not rethrown"): 7 of 40 exits here before such calls
     # ran on a thread the exit joins (programs/joined.py).
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1", "PJRT_PY_EXIT_TIMEOUT": "0"}
-    for _ in range(12 if DEFAULT_BUILD else 6):
+    exits_with_status_3(DAEMON_COMPILES, 12 if DEFAULT_BUILD else 6, PJRT_PY_EXIT_TIMEOUT="0")
+
+
+def exits_with_status_3(program: str, runs: int, **environ: str) -> None:
+    """Runs ``program`` ``runs`` times; each must end with its own status, 3."""
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1", **environ}
+    for _ in range(runs):
         result = subprocess.run(
-            [sys.executable, "-c", DAEMON_COMPILES],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
+            [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, env=env
         )
         assert result.returncode == 3, result.stderr[-2000:]
 
@@ -196,13 +197,4 @@ def test_exit_while_daemon_threads_compile_in_an_atexit_handler() -> None:
     # After the shutdown has joined its threads (atexit handlers run then), a
     # new non-daemon thread is joined by nothing: the first version of
     # programs/joined.py let the abort back in, in 5 exits of 5 here.
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
-    for _ in range(3):
-        result = subprocess.run(
-            [sys.executable, "-c", ATEXIT_COMPILES],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-        )
-        assert result.returncode == 3, result.stderr[-2000:]
+    exits_with_status_3(ATEXIT_COMPILES, 3)
