@@ -16,8 +16,8 @@ isolate=True)`` runs the compiler in a helper process, where the abort is a
   result asks for an explicit order that is not row-major (``mhlo.layout_mode
   = "{0,1}"``, with or without a tiling suffix such as ``"{0,1:T(2,2)}"``, or
   one it cannot read); which programs abort exactly is the compiler's
-  business, so the check is wider than the defect. The 0.106 and 0.115 builds compile and
-  run all of them correctly.
+  business, so the check is wider than the defect. The 0.106 and 0.115
+  builds compile and run all of them correctly.
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ def check_for_plugin(text: str, api_version: Sequence[int]) -> None:
             raise ValueError(
                 f"{what} is {spec} in layout {spec.layout}: PJRT "
                 f"{api_version[0]}.{api_version[1]} builds abort the process compiling a "
-                f"packed array copied between layouts (fixed by PJRT "
-                f"{PACKED_LAYOUTS_FROM[0]}.{PACKED_LAYOUTS_FROM[1]}); keep it row-major, or "
+                f"packed array copied between layouts (builds from PJRT "
+                f"{PACKED_LAYOUTS_FROM[0]}.{PACKED_LAYOUTS_FROM[1]} compile it); keep it "
+                f"row-major, or "
                 f"compile(..., isolate=True) to try in a helper process"
             )
 
