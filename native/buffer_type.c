@@ -114,7 +114,6 @@ static PyObject* buffer_array(BufferObject* b, PyObject* args, PyObject* kwargs)
   return cast;
 }
 
-
 /* Without the GIL, b pinned: XLA's CPU client waits for a buffer whose work has
  * not run; in a host or done callback block_until_ready refuses that wait. */
 static PyObject* buffer_unsafe_pointer(BufferObject* b, PyObject* unused) {
@@ -145,7 +144,6 @@ static PyObject* buffer_unsafe_pointer(BufferObject* b, PyObject* unused) {
  * same data on the same device (memory.c); pickling stores the data and the
  * device id, and unpickling places it with pjrt_py.default_client() (see
  * pjrt_py.runtime.buffer._unpickle). */
-
 
 static PyObject* buffer_reduce(BufferObject* b, PyObject* unused) {
   (void)unused;

@@ -73,19 +73,9 @@ static PyObject* buffer_copy_refused(BufferObject* b, PJRT_Error* error, bool sa
  * to_numpy reads the order right (Client._copy_through_host). */
 static bool buffer_copy_loses_order(BufferObject* b) {
   PJRT_Api_Version v = b->c->api->pjrt_api_version;
-  npy_intp dims[PJRT_PY_MAX_RANK];
-  int ndim;
-  PyArray_Descr* descr;
   if (v.major_version > 0 || v.minor_version >= 106 || b->meta == NULL) return false;
-  if (meta_unpack(b->meta, dims, &ndim, &descr) < 0) {
-    PyErr_Clear();
-    return false;
-  }
-  int64_t order[PJRT_PY_MAX_RANK];
-  if (ndim < 2 || !buffer_minor_to_major(b, (size_t)ndim, order)) return false;
-  for (int i = 0; i < ndim; ++i)
-    if (order[i] != ndim - 1 - i) return true;
-  return false;
+  size_t ndim = (size_t)PyTuple_Size(PyTuple_GetItem(b->meta, 0));
+  return buffer_row_major_state(b, ndim) == 2; /* layout.c: asked once, kept */
 }
 
 /* A copy of b to `target` (a Device or Memory, resolved, taken): through

@@ -174,7 +174,8 @@ def committed_device(leaves: list[Any], client: Any) -> Any:
     devices = {}
     for x in leaves:
         if type(x) is Buffer and x.client is client and not x.is_deleted:
-            devices[id(x.device)] = x.device  # others: execute's checks say what is wrong
+            device = x.device  # others: execute's checks say what is wrong
+            devices[id(device)] = device
     if len(devices) > 1:
         where = ", ".join(sorted(str(d.id) for d in devices.values()))
         raise ValueError(

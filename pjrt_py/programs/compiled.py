@@ -246,8 +246,9 @@ class CompiledProgram:
             ) from None
         try:
             module = _hlo_proto.hlo_module(data, fmt)
-            hlo = run_joined(_hlo.HloModule.from_serialized_hlo_module_proto, module)
-            text: str = run_joined(hlo.to_string)  # jaxlib's C++: see joined
+            text: str = run_joined(  # jaxlib's C++, parsed and printed on one thread: see joined
+                lambda: _hlo.HloModule.from_serialized_hlo_module_proto(module).to_string()
+            )
         except (_hlo_proto.ProtoError, ValueError, RuntimeError) as e:
             raise UnsupportedError(
                 f"jaxlib cannot print this plugin's {fmt!r} program (a different XLA version?): {e}"

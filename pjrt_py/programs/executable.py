@@ -314,8 +314,7 @@ class Executable(ProgramInfo, _core.ExecutableCore):
             runs on several devices (use ``execute_sharded``); if
             ``ordered`` is asked of an executable without its program text
             (deserialized, or compiled from bytecode without jax to read it as
-            text); or if the executable
-            has been deleted or its client closed.
+            text); or if the executable has been deleted or its client closed.
         PjrtError
             If the execution fails.
         """

@@ -137,16 +137,14 @@ def refuse_multiprocess_cpu(platform: str, options: Mapping[str, Any]) -> None:
     if platform != "cpu":
         return
     asked = {k: options[k] for k in _PROCESS_OPTIONS if k in options}
+    many = False
     for key, value in asked.items():  # a wrong value is said as such, not as "several"
-        number = _integer(value)
+        number, alone = _integer(value), 1 if key == "num_nodes" else 0
         if number is None:
             raise TypeError(f"client option {key!r} must be an int, not {type(value).__name__}")
-        if number < (1 if key == "num_nodes" else 0):
+        if number < alone:
             raise ValueError(f"client option {key!r} cannot be {number}")
-    many = any(
-        (k == "num_nodes" and _integer(v) != 1) or (k != "num_nodes" and _integer(v) != 0)
-        for k, v in asked.items()
-    )
+        many = many or number != alone
     if many:
         raise UnsupportedError(
             f"a CPU client cannot be one of several processes ({asked}): no CPU plugin build "
