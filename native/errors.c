@@ -150,10 +150,32 @@ static PyObject* raise_pjrt(const PJRT_Api* api, PJRT_Error* error) {
   return NULL;
 }
 
+/* The PJRT_Api addresses load_plugin handed out. Entry points that take an
+ * api as an int read it only if it is one of these, so a stray int raises
+ * instead of being followed (a process loads a handful of plugins). */
+#define KNOWN_APIS 64
+static const PJRT_Api* g_known_apis[KNOWN_APIS];
+static int g_known_api_count;
+
+/* 0 when the table is full (the GIL is held). */
+static int api_remember(const PJRT_Api* api) {
+  for (int i = 0; i < g_known_api_count; i++)
+    if (g_known_apis[i] == api) return 1;
+  if (g_known_api_count == KNOWN_APIS) return 0;
+  g_known_apis[g_known_api_count++] = api;
+  return 1;
+}
+
 static const PJRT_Api* address_of_api(PyObject* address) {
   void* p = PyLong_AsVoidPtr(address);
-  if (p == NULL && !PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL PJRT_Api");
-  return (const PJRT_Api*)p;
+  if (p == NULL) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL PJRT_Api");
+    return NULL;
+  }
+  for (int i = 0; i < g_known_api_count; i++)
+    if (g_known_apis[i] == p) return (const PJRT_Api*)p;
+  PyErr_SetString(PyExc_ValueError, "not the address of a PJRT_Api that load_plugin returned");
+  return NULL;
 }
 
 /* error_from_pjrt(api, error) -> exception, for PJRT errors met by the cffi
@@ -212,6 +234,11 @@ static PyObject* core_load_plugin(PyObject* self, PyObject* args) {
   if (path == NULL) return NULL;
   if (api == NULL) {
     PyErr_Format(g_plugin_load_error, "cannot load PJRT plugin %S: %s", path_obj, message);
+    return NULL;
+  }
+  if (!api_remember(api)) {
+    PyErr_Format(PyExc_RuntimeError, "cannot load PJRT plugin %S: %d plugins already loaded",
+                 path_obj, KNOWN_APIS);
     return NULL;
   }
   return PyLong_FromVoidPtr((void*)api);

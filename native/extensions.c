@@ -7,11 +7,8 @@
 /* plugin_extensions(api) -> [type, ...] */
 static PyObject* core_plugin_extensions(PyObject* self, PyObject* address) {
   (void)self;
-  const PJRT_Api* api = (const PJRT_Api*)PyLong_AsVoidPtr(address);
-  if (api == NULL) {
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "plugin_extensions: no PJRT_Api");
-    return NULL;
-  }
+  const PJRT_Api* api = address_of_api(address);
+  if (api == NULL) return NULL;
   PyObject* types = PyList_New(0);
   int guard = 0; /* a chain that loops is not followed forever */
   for (PJRT_Extension_Base* e = api->extension_start; e != NULL && types != NULL; e = e->next) {

@@ -95,7 +95,8 @@ static PyObject* core_ffi_register(PyObject* self, PyObject* args) {
   if (!PyArg_ParseTuple(args, "Os#Os#:ffi_register", &api_address, &name, &name_size,
                         &handler_address, &platform, &platform_size))
     return NULL;
-  const PJRT_Api* api = (const PJRT_Api*)PyLong_AsVoidPtr(api_address);
+  const PJRT_Api* api = address_of_api(api_address);
+  if (api == NULL) return NULL;
   void* handler = PyLong_AsVoidPtr(handler_address);
   if (PyErr_Occurred()) return NULL;
   if (handler == NULL) handler = (void*)ffi_probe_handler;

@@ -220,3 +220,34 @@ def test_every_extension_of_a_cpu_build_is_named(distribution: str) -> None:
     extensions = pjrt_py.load_plugin(path).extensions
     assert extensions == BUILD_EXTENSIONS[distribution]
     assert "profiler" not in extensions  # so traces hold host spans only (docs/tracing.md)
+
+
+def test_native_entry_points_refuse_an_api_address_load_plugin_did_not_give() -> None:
+    # These read the PJRT_Api at the address: a stray int was a segfault.
+    result = run_python(
+        """
+        import pjrt_py
+        from pjrt_py import _core
+        stray = 12345
+        calls = {
+            "plugin_extensions": lambda: _core.plugin_extensions(stray),
+            "stream_extension_usable": lambda: _core.stream_extension_usable(stray),
+            "profiler_available": lambda: _core.profiler_available(stray),
+            "PluginProfiler": lambda: _core.PluginProfiler(stray, b""),
+            "ffi_register": lambda: _core.ffi_register(stray, "x", 0, "cpu"),
+            "error_from_pjrt": lambda: _core.error_from_pjrt(stray, 1),
+        }
+        for name, call in calls.items():
+            try:
+                call()
+            except ValueError as e:
+                assert "load_plugin" in str(e), (name, e)
+            else:
+                raise AssertionError(name)
+        real = pjrt_py.Client().plugin.address
+        assert isinstance(_core.plugin_extensions(real), list)
+        print("OK")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert "OK" in result.stdout
