@@ -37,6 +37,7 @@
 #include "extensions.c"
 #include "profiler.c"
 #include "host_callback_attrs.c"
+#include "host_callback_values.c"
 #include "host_callback.c"
 #include "host_callback_gpu.c"
 #include "kv_store.c"

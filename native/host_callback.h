@@ -1,6 +1,6 @@
-/* Python host callbacks: what host_callback.c, host_callback_attrs.c and
- * host_callback_gpu.c share, the XLA FFI call frame as the handlers read it
- * and the trampoline pools.
+/* Python host callbacks: what host_callback.c, host_callback_attrs.c,
+ * host_callback_values.c and host_callback_gpu.c share, the XLA FFI call frame
+ * as the handlers read it and the trampoline pools.
  *
  * Struct layouts are XLA FFI API 0.x's (see ffi.c): the call frame's prefix
  * and XLA_FFI_Api's prefix up to XLA_FFI_Stream_Get have not changed since
