@@ -135,9 +135,7 @@ def leaf_specs(
             leaves[i] = x = np.asarray(x)
             specs.append((x.shape, x.dtype))
         elif jax_types.is_key(x):  # typed PRNG keys: the program takes their data
-            import jax
-
-            leaves[i] = Foreign(jax.random.key_data(x), client_of())
+            leaves[i] = Foreign(jax_types.key_data(x), client_of())
             specs.append((x.shape, x.dtype))
         elif is_foreign(x):  # jax, torch, ...: taken through DLPack
             weak = jax_types.is_weak(x)  # traced weak, as jax traces it

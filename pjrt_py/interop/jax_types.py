@@ -95,6 +95,13 @@ def is_key(x: Any) -> bool:
     return bool(jax.numpy.issubdtype(dtype, jax.dtypes.prng_key))
 
 
+def key_data(x: Any) -> Any:
+    """The data of a typed PRNG key array (``is_key``): what programs take, as jax's do."""
+    import jax
+
+    return jax.random.key_data(x)
+
+
 def without_dlpack(x: Any) -> bool:
     """Whether ``x`` is a jax array of a dtype pjrt_py moves but DLPack has no
     code for (int4, uint4, int2, uint2, float4_e2m1fn): jax's ``__dlpack__`` refuses it, so it

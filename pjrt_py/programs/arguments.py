@@ -88,9 +88,7 @@ def _resolve(exe: _Executable, arg: Any, index: int) -> Any:
     if jax_types.without_dlpack(arg):  # int4 & co: no DLPack code, so a copy
         return np.asarray(arg)
     if jax_types.is_key(arg):  # a typed PRNG key: programs take its data, as jax's do
-        import jax  # noqa: PLC0415  (loaded: arg is its key)
-
-        return foreign.Foreign(jax.random.key_data(arg), exe.client)  # type: ignore[arg-type]
+        return foreign.Foreign(jax_types.key_data(arg), exe.client)  # type: ignore[arg-type]
     if foreign.is_foreign(arg):
         try:
             return foreign.Foreign(arg, exe.client)  # type: ignore[arg-type]
