@@ -31,7 +31,7 @@ class RecordingProducer:
         return self.device
 
     def __dlpack__(self, **kwargs: Any) -> Any:
-        self.calls.append(kwargs)
+        self.calls.append(dict(kwargs))  # a copy: the call below must not edit the record
         kwargs.pop("stream", None)
         return self.array.__dlpack__(**kwargs)
 
@@ -134,7 +134,10 @@ def test_device_tensor_without_its_plugin_names_the_platform(client: pjrt_py.Cli
     # A tensor that says it is in CUDA memory goes to a CUDA client, not to
     # the default (CPU) one; with no CUDA plugin that is a clear error.
     if any(p.name == "cuda" for p in pjrt_py.plugins()):
-        pytest.skip("a CUDA plugin is installed: the import would go to it")
+        pytest.skip(
+            "a CUDA plugin is installed, so this fake CUDA tensor would go to it; "
+            "test_gpu_plugin_no_device.py checks that route where its GPU is missing"
+        )
     producer = RecordingProducer(F32_8.copy(), device=(dlpack.CUDA, 0))
     with pytest.raises(BufferError, match="cuda PJRT plugin"):
         pjrt_py.from_dlpack(producer)
@@ -150,7 +153,10 @@ def test_a_raw_capsule_goes_where_its_tensor_says(client: pjrt_py.Client) -> Non
     assert capsule_device(used) is None  # consumed: not read again
     assert capsule_device(np.ones(4)) is None
     if any(p.name == "cuda" for p in pjrt_py.plugins()):
-        pytest.skip("a CUDA plugin is installed: the import would go to it")
+        pytest.skip(
+            "a CUDA plugin is installed, so this fake CUDA tensor would go to it; "
+            "test_gpu_plugin_no_device.py checks that route where its GPU is missing"
+        )
     # A capsule carries no __dlpack_device__: the device is read inside it, so
     # a CUDA tensor is sent to a CUDA client, not to the default (CPU) one.
     producer = Producer((4,), device=dlpack.CUDA)
