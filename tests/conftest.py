@@ -219,6 +219,11 @@ def session_client() -> pjrt_py.Client:
     Four devices are asked for where the plugin takes ``cpu_device_count``
     (the CPU plugin's default too); another plugin has the devices it has.
     """
+    return new_client()
+
+
+def new_client() -> pjrt_py.Client:
+    """A new client made as the session's is (the caller closes it)."""
     if os.environ.get(AS_ONE_DEVICE):
         return pjrt_py.Client(options={"cpu_device_count": 1})
     if accepts_cpu_device_count():

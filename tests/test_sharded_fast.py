@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ADD_F32_8, matmul_chain, run_python
+from conftest import ADD_F32_8, matmul_chain, new_client, run_python
 from test_robustness import FAULTS, RACE_HARNESS, check_race, run_clean
 
 import pjrt_py
@@ -150,18 +150,18 @@ def test_everything_unusual_takes_the_python_path_with_its_errors(
     # Host values are transferred by the Python path; keywords are honoured.
     out = add4.execute_sharded(per_device_args=[[X, X]] * 4)
     np.testing.assert_array_equal(out[1][0].to_numpy(), 2 * X)
-    other = pjrt_py.Client(options={"cpu_device_count": 4}) if len(client.devices) >= 4 else None
-    if other is not None:
+    other = new_client()  # another client of the plugin under test, as many devices
+    if len(other.devices) >= 4:
         foreign = [[other.buffer(X, device=d)] * 2 for d in other.devices[:4]]
         with pytest.raises(ValueError, match="argument 0: buffer belongs to another client"):
             add4.execute_sharded(foreign)
-        other.close()
+    other.close()
 
 
 def test_deleted_executable_and_closed_client_raise_as_before(
     rows: list[list[pjrt_py.Buffer]],
 ) -> None:
-    c = pjrt_py.Client(options={"cpu_device_count": 4})
+    c = new_client()
     exe = c.compile(ADD_F32_8, num_replicas=4)
     mine = [[c.buffer(X, device=d)] * 2 for d in c.devices[:4]]
     exe.execute_sharded(mine)
@@ -231,6 +231,7 @@ x = np.arange(8, dtype=np.float32)
 """
 
 
+@pytest.mark.needs_cpu_device_count  # its child asks the plugin for 4 CPU devices
 def test_delete_of_arguments_racing_sharded_calls_only_raises_value_error() -> None:
     result, wall = run_clean(
         f"ADD = {ADD_F32_8!r}\n"
@@ -272,6 +273,7 @@ race(1500, make, destroy)
     assert wall < 60
 
 
+@pytest.mark.needs_cpu_device_count  # its child asks the plugin for 4 CPU devices
 def test_delete_of_the_executable_racing_sharded_calls_only_raises_value_error() -> None:
     result, wall = run_clean(
         f"ADD = {ADD_F32_8!r}\n"
@@ -304,6 +306,7 @@ print("base-still-works", works, flush=True)
     assert wall < 60
 
 
+@pytest.mark.needs_cpu_device_count  # its child asks the plugin for 4 CPU devices
 def test_client_close_racing_sharded_calls_only_raises_value_error() -> None:
     result, wall = run_clean(
         f"ADD = {ADD_F32_8!r}\n"
@@ -375,6 +378,7 @@ def test_a_collector_that_empties_the_rows_mid_call_is_harmless(
             np.testing.assert_array_equal(row[0].to_numpy(), 4 * X)
 
 
+@pytest.mark.needs_cpu_device_count  # its child asks the plugin for 4 CPU devices
 def test_exit_with_sharded_work_in_flight_is_clean_every_time() -> None:
     heavy = matmul_chain(256, 6)
     for rep in range(8):
