@@ -31,6 +31,7 @@ from pjrt_py import _core
 from pjrt_py.callbacks import host_callback
 from pjrt_py.interop import dlpack
 from pjrt_py.runtime.client_options import KNOWN
+from pjrt_py.runtime.discovery import plugin_info
 from pjrt_py.runtime.gpu_memory import ALLOCATORS
 
 NO_GPU = "No visible GPU devices"
@@ -63,6 +64,26 @@ def test_the_plugin_is_found_as_cuda_and_the_cpu_stays_the_default(cuda: Any) ->
     client = pjrt_py.Client()
     assert client.platform_name == "cpu"
     client.close()
+
+
+def test_the_plugin_from_a_path_pjrt_py_did_not_find_is_still_a_gpu_plugin(
+    cuda: Any, tmp_path: Any
+) -> None:
+    # Another name for the same file (a hard link: dlopen gives the loaded
+    # library back); plugins() does not list it, so the platform comes from
+    # the plugin itself, and with it the GPU memory policy and option checks.
+    link = tmp_path / "renamed_plugin.so"
+    try:
+        os.link(cuda.path, link)
+    except OSError as e:
+        pytest.skip(f"needs a hard link beside the plugin's file system ({e})")
+    unlisted = pjrt_py.load_plugin(str(link))
+    assert plugin_info(str(link)).name == "?"
+    assert unlisted.platform == "cuda" and cuda.platform == "cuda"
+    with pytest.raises(ValueError, match="'memory_fraction' must be in"):  # pjrt_py's check
+        pjrt_py.Client(unlisted, {"memory_fraction": 2.0})
+    with pytest.raises(pjrt_py.FailedPreconditionError, match=NO_GPU):
+        pjrt_py.Client(unlisted)
 
 
 @pytest.mark.parametrize(

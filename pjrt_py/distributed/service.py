@@ -30,7 +30,6 @@ import threading
 from typing import IO, Any
 
 from ..client import Client
-from ..runtime.discovery import plugin_info
 from ..runtime.errors import UnsupportedError
 from ..runtime.plugin import load_plugin
 from .stores import JaxCoordinationStore
@@ -214,7 +213,7 @@ def initialize(
     from jax._src.lib import _jax  # type: ignore[attr-defined]  # jaxlib: optional
 
     loaded = load_plugin(plugin) if not hasattr(plugin, "address") else plugin
-    if plugin_info(loaded.path).name == "cpu" and num_processes > 1:
+    if loaded.platform == "cpu" and num_processes > 1:
         raise UnsupportedError(
             f"{loaded.path} is a CPU plugin: no CPU build runs across processes through the "
             "PJRT C API (docs/distributed.md)"

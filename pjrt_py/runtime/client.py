@@ -21,7 +21,6 @@ from .buffer import Buffer, host_to_device
 from .capi import ffi
 from .client_options import checked_options, refuse_multiprocess_cpu
 from .device import Device, Memory, of_client, require_memories, resolve
-from .discovery import plugin_info
 from .errors import PjrtError, UnsupportedError
 from .gpu_memory import with_memory_policy
 from .kv_store import check_store, create_fields
@@ -44,7 +43,7 @@ class RuntimeClient(_core.ClientCore):
             plugin = plugin if plugin.generation == _core.generation() else load_plugin(plugin.path)
         self.plugin = plugin if isinstance(plugin, Plugin) else load_plugin(plugin)
         # Checked against the types the plugin reads them as: a wrong one aborts.
-        platform = plugin_info(self.plugin.path).name
+        platform = self.plugin.platform
         # GPU memory: the caller's options, then jax's variables, then ours.
         options = checked_options(platform, with_memory_policy(platform, options))
         refuse_multiprocess_cpu(platform, options)

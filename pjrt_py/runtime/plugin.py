@@ -16,7 +16,7 @@ from typing import Any
 from .. import _core
 from . import process as _runtime
 from .capi import ffi, lib
-from .discovery import find_plugin
+from .discovery import find_plugin, plugin_info
 from .errors import PluginLoadError, UnsupportedError
 from .library import load_library
 
@@ -195,6 +195,21 @@ class Plugin:
             else:
                 self._attributes = {}
         return self._attributes
+
+    @property
+    def platform(self) -> str:
+        """The platform pjrt_py takes the plugin for: ``"cpu"``, ``"cuda"``, ... or ``"?"``.
+
+        What ``plugins()`` lists for this file, else what the plugin shows of
+        itself: a library that carries XLA's GPU custom-call extension is a
+        GPU plugin, ROCm's if it names a ROCm version, else CUDA's (the two
+        take the same create options). So a GPU plugin loaded from a path
+        pjrt_py did not find gets the GPU memory policy and option checks.
+        """
+        name = plugin_info(self.path).name
+        if name != "?" or "gpu_custom_call" not in self.extensions:
+            return name
+        return "rocm" if any("rocm" in key for key in self.attributes) else "cuda"
 
     @property
     def extensions(self) -> list[str]:
