@@ -287,6 +287,58 @@ def test_jax_gpu_arrays_cross_both_ways() -> None:
 
 
 @pytest.mark.gpu
+def test_jax_gpu_arrays_are_viewed_in_place_and_after_their_computation() -> None:
+    client, torch = _gpu()
+    jax = pytest.importorskip("jax")
+    try:
+        gpu = jax.devices("cuda")[0]
+    except RuntimeError:
+        pytest.skip("needs jax with a CUDA backend")
+    x = jax.device_put(np.arange(1 << 16, dtype=np.float32), gpu)
+    buf = pjrt_py.from_dlpack(x, copy=False)
+    assert torch.from_dlpack(buf).data_ptr() == x.unsafe_buffer_pointer()  # the same memory
+    a = jax.device_put(np.random.default_rng(1).standard_normal((4096, 4096), np.float32), gpu)
+    for _ in range(3):
+        y = jax.numpy.dot(a, a, precision="highest")  # dispatched, likely still running
+        got = pjrt_py.from_dlpack(y, copy=False).to_numpy()
+        np.testing.assert_array_equal(got, np.asarray(y))
+    del x  # pjrt_py's view keeps jax's memory
+    np.testing.assert_array_equal(buf.to_numpy(), np.arange(1 << 16, dtype=np.float32))
+
+
+@pytest.mark.gpu
+def test_copy_true_of_a_cuda_tensor_is_a_device_copy_of_its_own() -> None:
+    client, torch = _gpu()
+    t = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+    buf = pjrt_py.from_dlpack(t, copy=True)
+    assert buf.client.platform_name == "cuda"
+    assert torch.from_dlpack(buf).data_ptr() != t.data_ptr()
+    t.add_(1)  # the copy does not see later writes
+    del t
+    torch.cuda.empty_cache()
+    np.testing.assert_array_equal(buf.to_numpy(), np.arange(1 << 20, dtype=np.float32))
+    for _ in range(20):  # the view is dropped as each copy ends, the producer's first
+        u = torch.full((1 << 16,), 3.0, device="cuda")
+        copy = client.from_dlpack(u, copy=True)
+        del u
+        assert float(copy.to_numpy().sum()) == 3.0 * (1 << 16)
+
+
+@pytest.mark.gpu
+def test_a_cuda_tensor_for_another_gpu_is_copied_there_or_refused() -> None:
+    client, torch = _gpu()
+    if torch.cuda.device_count() < 2 or len(client.devices) < 2:
+        pytest.skip("needs two CUDA devices")
+    t = torch.arange(1024, dtype=torch.float32, device="cuda:1")
+    target = next(d for d in client.devices if d.local_hardware_id == 0)
+    with pytest.raises(BufferError, match="copy=False"):
+        client.from_dlpack(t, target, copy=False)
+    moved = client.from_dlpack(t, target)
+    assert moved.device == target
+    np.testing.assert_array_equal(moved.to_numpy(), np.arange(1024, dtype=np.float32))
+
+
+@pytest.mark.gpu
 def test_a_view_that_failed_leaves_the_producers_tensor_whole() -> None:
     # XLA's GPU client runs a failed view's on_delete_callback during the call;
     # the tensor's reference was once dropped there and again on the error path.

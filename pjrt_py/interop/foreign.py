@@ -235,28 +235,63 @@ def place(client: _Client, foreign: Foreign, device: Device | None, copy: bool |
             f"{' and '.join(foreign.lazy)} bit is set, so its memory does not hold its values "
             "(resolve it first, e.g. tensor.resolve_neg())"
         )
+    if tensor.device[0] not in HOST_DEVICES:
+        return _place_device_tensor(client, foreign, code, target, copy)
     reason = "copy=True" if copy else _why_not_view(client, tensor, target)
     if reason is None:
         meta = _core.intern_meta((foreign.shape, dtype))
-        # The stream the producer ordered its writes on (0: none to order on).
-        return client._view(tensor, code, target._addr, meta, foreign.stream or 0)
+        return client._view(tensor, code, target._addr, meta, 0)
     if copy is False:
         raise BufferError(f"cannot use a {foreign.source} without a copy (copy=False): {reason}")
     if 0 in foreign.shape:  # nothing to read: a new empty buffer
         return host_to_device(client, np.empty(foreign.shape, dtype), target, False).buffer()
-    if tensor.device[0] not in HOST_DEVICES:
-        # Decision: copies are made from host memory only. A device-to-device
-        # copy of memory PJRT does not own would need a view first, which is
-        # what cannot be had here.
+    # A copy from host memory: a numpy array over the producer's memory keeps
+    # the tensor alive until PJRT has read it.
+    promise: BufferPromise = host_to_device(client, tensor.as_array(dtype), target, False)
+    return promise.buffer()
+
+
+def _place_device_tensor(
+    client: _Client, foreign: Foreign, code: int, target: Device, copy: bool | None
+) -> Buffer:
+    """A tensor in a device's memory: a view on the device that holds it, then,
+    for ``copy=True`` or another target device, a copy made on the devices.
+
+    Decision: as jax's ``from_dlpack`` does, a copy of device memory is a
+    view first and a device copy of that view (the plugin's copy, or an
+    identity program where it refuses one to the same device); the view is
+    kept until the copy is done. A tensor that cannot be viewed (strided,
+    misaligned, empty, or not on this client's devices) is refused: pjrt_py
+    copies from host memory only, so the producer has to make it compact.
+    """
+    tensor = foreign.tensor
+    held_on = _device_with_hardware_id(client, tensor.device[1]) or target
+    reason = _why_not_view(client, tensor, held_on)
+    if reason is None and held_on == target and not copy:
+        meta = _core.intern_meta((foreign.shape, foreign.dtype))
+        # The stream the producer ordered its writes on (0: none to order on).
+        return client._view(tensor, code, target._addr, meta, foreign.stream or 0)
+    if copy is False:
+        why = reason or f"its memory is on {held_on}, not on {target}"
+        raise BufferError(f"cannot use a {foreign.source} without a copy (copy=False): {why}")
+    if 0 in foreign.shape:  # nothing to read: a new empty buffer
+        empty = np.empty(foreign.shape, foreign.dtype)
+        return host_to_device(client, empty, target, False).buffer()
+    if reason is not None:
         raise BufferError(
             f"cannot take a {foreign.source} from DLPack device type {tensor.device[0]} "
             f"({reason}), and pjrt_py copies only from host memory: pass a compact, "
             f"{GPU_PARAMETER_ALIGNMENT}-byte aligned tensor (torch: t.contiguous().clone()) "
             "or move it to the host"
         )
-    # A copy from host memory: a numpy array over the producer's memory keeps
-    # the tensor alive until PJRT has read it.
-    promise: BufferPromise = host_to_device(client, tensor.as_array(dtype), target, False)
+    meta = _core.intern_meta((foreign.shape, foreign.dtype))
+    view = client._view(tensor, code, held_on._addr, meta, foreign.stream or 0)
+    promise = view.copy_to_device_async(target)
+
+    def keep_the_view_until_done(_done: object, view: Buffer = view) -> None:
+        del view  # held by this function until the copy is done
+
+    promise.add_done_callback(keep_the_view_until_done)
     return promise.buffer()
 
 
