@@ -229,10 +229,8 @@ def test_the_disk_cache_keeps_to_its_size_bound(tmp_path: Path) -> None:
 
 def client_key(client: pjrt_py.Client, program: str) -> str:
     """The disk entry name a client uses for a program with default options."""
-    from pjrt_py.programs.cache import disk_key
-    from pjrt_py.programs.serialization import disk_identity
-
-    return disk_key(disk_identity(client), program.encode(), encode_compile_options())
+    options = encode_compile_options()
+    return client._compiler.disk_key(client, program, program.encode(), options)
 
 
 def test_a_hit_refreshes_an_entry_for_lru(tmp_path: Path) -> None:
@@ -314,3 +312,59 @@ def test_an_empty_cache_dir_is_refused(tmp_path: Path, monkeypatch) -> None:  # 
     with pytest.raises(ValueError, match="cache_dir must name a directory"):
         pjrt_py.Client(cache_dir="")
     assert list(tmp_path.iterdir()) == []
+
+
+# lammps-jax-pjrt-cpu expands digamma itself from text: -inf at +-0, where
+# jaxlib's expansion (the bytecode form) gives NaN, as jax does.
+DIGAMMA = """
+func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = chlo.digamma %x : tensor<4xf32> -> tensor<4xf32>
+  return %0 : tensor<4xf32>
+}
+"""
+
+
+def test_a_program_compiled_in_one_form_is_not_found_in_the_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pjrt_py.programs import form  # noqa: PLC0415
+
+    client = pjrt_py.Client(cache_dir=tmp_path)
+    default_form = form.identity(client.plugin)
+    monkeypatch.setenv(form.ENV, "text")
+    as_text = client.compile(ADD_F32_8)
+    monkeypatch.delenv(form.ENV)
+    again = client.compile(ADD_F32_8)
+    assert client.disk_cache is not None
+    if default_form == "text":  # no jaxlib, or no version reported: one form only
+        assert client.compile_cache.hits == 1 and len(entries(tmp_path)) == 1
+        return
+    assert client.compile_cache.hits == 0 and client.compile_cache.misses == 2
+    assert client.disk_cache.hits == 0 and len(entries(tmp_path)) == 2
+    assert again._program is not as_text._program
+
+
+@pytest.mark.skipif(
+    not any(p.distribution == "lammps-jax-pjrt-cpu" for p in pjrt_py.plugins()),
+    reason="needs lammps-jax-pjrt-cpu, whose own digamma expansion differs from jaxlib's",
+)
+def test_a_cache_hit_computes_what_a_fresh_compile_does(tmp_path: Path) -> None:
+    code = f"""
+        import os, sys, numpy as np, pjrt_py
+        c = pjrt_py.Client("lammps-jax-pjrt-cpu", cache_dir={str(tmp_path)!r})
+        x = np.array([0.0, -0.0, 1.0, -1.0], np.float32)
+        print(c.compile({DIGAMMA!r}).execute(x).to_numpy()[:2].tolist())
+    """
+    text = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, "PJRT_PY_PROGRAM_FORM": "text"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert text.returncode == 0, text.stderr
+    default = run_python(code)
+    assert default.returncode == 0, default.stderr
+    fresh = pjrt_py.Client("lammps-jax-pjrt-cpu", cache_dir=False)
+    want = fresh.compile(DIGAMMA).execute(np.array([0.0, -0.0, 1, -1], np.float32)).to_numpy()
+    assert default.stdout.strip() == str(want[:2].tolist())

@@ -46,6 +46,8 @@ from .placement import check_compile_options
 from .plugin_guards import check_for_plugin
 from .signature import ArgSpec
 
+# Texts whose plain compile options are kept (then all are forgotten at once).
+PLAIN_OPTIONS_KEPT = 256
 
 class Compiler:
     """One client's compile state and the calls that use it.
@@ -70,6 +72,7 @@ class Compiler:
         isolate_compile: bool | None = None,
     ) -> None:
         self.cache = MemoryCache()
+        self._plain_options: dict[str, bytes] = {}  # text -> options of compile(text)
         if cache_dir is None:
             cache_dir = os.environ.get(ENV_DIR) or False
         if cache_dir is True:
@@ -138,7 +141,13 @@ class Compiler:
                 ),
                 recompile,
             )
-        if compile_options is None:
+        plain = compile_options is None and debug_options is None and device is None
+        plain = plain and (num_replicas, num_partitions, device_assignment) == (None, None, None)
+        if plain and isinstance(program, str) and program in self._plain_options:
+            # The options of compile(text) with nothing else given depend on
+            # the text and the client's devices only: encoded once per text.
+            options = self._plain_options[program]
+        elif compile_options is None:
             options = options_for_program(
                 program,
                 num_replicas=num_replicas,
@@ -163,6 +172,10 @@ class Compiler:
         else:
             options = bytes(compile_options)
             check_compile_options(options, [d.id for d in client.devices])
+        if plain and isinstance(program, str):
+            if len(self._plain_options) >= PLAIN_OPTIONS_KEPT:
+                self._plain_options.clear()
+            self._plain_options[program] = options
         if not isinstance(ordered, bool):
             raise TypeError(f"ordered must be True or False, got {ordered!r}")
         if isolate and client._spans_processes:
@@ -175,7 +188,12 @@ class Compiler:
         else:
             # A hit is a lookup by the program itself: a str's hash is
             # computed once per object, and nothing is encoded or parsed.
-            key = (program, options)
+            # Text is keyed with the form it reaches the plugin in (form.py).
+            key = (
+                program,
+                options,
+                form.identity(client.plugin) if isinstance(program, str) else "",
+            )
             compiled = self.cache.get(key)
             if compiled is None:
                 compiled = self._compile_through_disk(
@@ -271,6 +289,17 @@ class Compiler:
             client._unpin(pin)
         return CompiledProgram(client, loaded, signature)
 
+    def disk_key(
+        self, client: RuntimeClient, program: str | bytes, code: bytes, options: bytes
+    ) -> str:
+        """The disk cache's entry name for ``program`` (encoded: ``code``)."""
+        if self._disk_identity is None:
+            self._disk_identity = serialization.disk_identity(client)
+        identity = self._disk_identity
+        if isinstance(program, str):  # the bytes sent depend on the form (form.py)
+            identity += b"\0" + form.identity(client.plugin).encode()
+        return disk_key(identity, code, options)
+
     def _compile_through_disk(
         self,
         client: RuntimeClient,
@@ -282,9 +311,7 @@ class Compiler:
         disk = self.disk
         if disk is None:
             return self.compile_code(client, program, code, options, isolate)
-        if self._disk_identity is None:
-            self._disk_identity = serialization.disk_identity(client)
-        key = disk_key(self._disk_identity, code, options)
+        key = self.disk_key(client, program, code, options)
         data = disk.get(key)
         if data is not None and serialization.cache_key_of(data) != key:
             disk.reject(key)  # filed under another key: another program's
