@@ -129,7 +129,16 @@ def test_cache_dir_false_overrides_the_environment(tmp_path: Path, monkeypatch) 
     assert pjrt_py.Client(cache_dir=False).disk_cache is None
 
 
-@pytest.mark.parametrize("damage", ["truncate", "corrupt", "empty", "garbage"])
+def nested_header() -> bytes:
+    """An envelope whose header nests deeper than json reads: RecursionError
+    escaped deserialize() and every compile that found it in the cache."""
+    from pjrt_py.programs import serialization as ser  # noqa: PLC0415
+
+    header = b"[" * 100_000 + b"]" * 100_000
+    return ser._PREFIX.pack(ser.MAGIC, ser.FORMAT, len(header)) + header
+
+
+@pytest.mark.parametrize("damage", ["truncate", "corrupt", "empty", "garbage", "nested", "huge"])
 def test_a_damaged_entry_is_ignored_and_rewritten(tmp_path: Path, damage: str) -> None:
     pjrt_py.Client(cache_dir=tmp_path).compile(ADD_F32_8)
     (entry,) = entries(tmp_path)
@@ -140,6 +149,10 @@ def test_a_damaged_entry_is_ignored_and_rewritten(tmp_path: Path, damage: str) -
         entry.write_bytes(good[:-50] + bytes(50))
     elif damage == "empty":
         entry.write_bytes(b"")
+    elif damage == "nested":
+        entry.write_bytes(nested_header())
+    elif damage == "huge":  # sparse: 64 GiB were read on every compile of the program
+        os.truncate(entry, 64 << 30)
     else:
         entry.write_bytes(os.urandom(len(good)))
     client = pjrt_py.Client(cache_dir=tmp_path)
@@ -368,3 +381,16 @@ def test_a_cache_hit_computes_what_a_fresh_compile_does(tmp_path: Path) -> None:
     fresh = pjrt_py.Client("lammps-jax-pjrt-cpu", cache_dir=False)
     want = fresh.compile(DIGAMMA).execute(np.array([0.0, -0.0, 1, -1], np.float32)).to_numpy()
     assert default.stdout.strip() == str(want[:2].tolist())
+
+
+def test_a_nested_header_is_a_serialization_error() -> None:
+    with pytest.raises(pjrt_py.SerializationError, match="damaged header"):
+        pjrt_py.Client(cache_dir=False).deserialize(nested_header())
+
+
+@pytest.mark.parametrize("link", ["dangling", "loop"])
+def test_a_cache_dir_that_links_to_nothing_says_so(tmp_path: Path, link: str) -> None:
+    path = tmp_path / "cache"
+    path.symlink_to(tmp_path / "nowhere" / "x" if link == "dangling" else path)
+    with pytest.raises(NotADirectoryError, match="symbolic link to nothing"):
+        pjrt_py.Client(cache_dir=path)  # was: FileExistsError [Errno 17] File exists

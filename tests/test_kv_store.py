@@ -460,10 +460,33 @@ def test_in_memory_get_takes_a_real_timeout() -> None:
         store.get(b"k", float("nan"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="must be a number"):
         store.get(b"k", "5")  # type: ignore[arg-type]
-    for forever in (float("inf"), 10**30):
+    for forever in (float("inf"), 10**30, 10**400):
         fresh = InMemoryStore()
         threading.Timer(0.2, fresh.put, (b"k", b"v")).start()
         assert fresh.get(b"k", forever) == b"v"  # type: ignore[arg-type]
+
+
+def test_in_memory_store_takes_bytes_and_nothing_it_would_misread() -> None:
+    # bytes(5) is five zero bytes: an int key was stored under b"\0" * 5, past
+    # the no-overwrite check (which looked for the int), and try_get(5) then
+    # said "not found"; an int value became that many zero bytes.
+    from pjrt_py.distributed.stores import InMemoryStore  # noqa: PLC0415
+
+    store = InMemoryStore()
+    for call in (
+        lambda: store.put(5, b"v"),  # type: ignore[arg-type]
+        lambda: store.put(b"k", 7),  # type: ignore[arg-type]
+        lambda: store.put("k", b"v"),  # type: ignore[arg-type]
+        lambda: store.try_get(5),  # type: ignore[arg-type]
+        lambda: store.get("k", 10_000),  # type: ignore[arg-type]  # was: a 10 s wait
+    ):
+        with pytest.raises(TypeError, match="must be bytes"):
+            call()
+    assert store.keys() == []
+    store.put(bytearray(b"k"), memoryview(b"v"))  # bytes-like: stored as bytes
+    assert store.try_get(b"k") == b"v" and store.keys() == [b"k"]
+    with pytest.raises(pjrt_py.AlreadyExistsError):
+        store.put(b"k", b"w")
 
 
 def test_wrong_process_options_and_a_store_class_say_what_is_wrong() -> None:

@@ -30,6 +30,7 @@ docs/distributed.md says how to put Redis or etcd behind the same protocol.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -81,7 +82,12 @@ class InMemoryStore:
             raise TypeError(f"timeout_ms must be a number, not {type(timeout_ms).__name__}")
         if timeout_ms != timeout_ms:  # NaN: no deadline ever passes, and the wait spun
             raise ValueError("timeout_ms is NaN")
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1000  # inf: no deadline
+        key = _as_bytes("key", key)
+        try:
+            wait_s = max(timeout_ms, 0) / 1000
+        except OverflowError:  # an int past any float: no deadline, as inf
+            wait_s = math.inf
+        deadline = time.monotonic() + wait_s  # inf: no deadline
         with self._changed:
             while key not in self._data:
                 left = deadline - time.monotonic()
@@ -106,6 +112,7 @@ class InMemoryStore:
         NotFoundError
             If the key has not been put.
         """
+        key = _as_bytes("key", key)
         with self._changed:
             if key not in self._data:
                 raise NotFoundError(f"key {key!r} not found")
@@ -123,10 +130,11 @@ class InMemoryStore:
         AlreadyExistsError
             If the key is there already and ``overwrite`` is off.
         """
+        key, value = _as_bytes("key", key), _as_bytes("value", value)
         with self._changed:
             if key in self._data and not self.overwrite:
                 raise AlreadyExistsError(f"key {key!r} already exists")
-            self._data[bytes(key)] = bytes(value)
+            self._data[key] = value
             self._changed.notify_all()
 
     def keys(self) -> list[bytes]:
@@ -138,6 +146,15 @@ class InMemoryStore:
         """
         with self._changed:
             return sorted(self._data)
+
+
+def _as_bytes(what: str, x: object) -> bytes:
+    """``x`` as bytes if it is bytes-like; TypeError otherwise. ``bytes(5)``
+    is five zero bytes, so an int key was stored under b"\\0" * 5, past the
+    no-overwrite check, which had looked for the int."""
+    if not isinstance(x, (bytes, bytearray, memoryview)):
+        raise TypeError(f"{what} must be bytes, not {type(x).__name__}")
+    return bytes(x)
 
 
 def _key(prefix: str, key: bytes) -> str:

@@ -43,6 +43,8 @@ from typing import Any
 ENV_DIR = "PJRT_PY_CACHE_DIR"
 ENV_MAX_BYTES = "PJRT_PY_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB
+# The largest entry read or written where max_bytes is smaller (4 GiB).
+ENTRY_LIMIT = 1 << 32
 MEMORY_ENTRIES = 256  # executables kept per client
 _SUFFIX = ".pjrtpy"
 _TMP = ".tmp-"
@@ -97,16 +99,23 @@ def disk_key(identity: bytes, program: bytes, options: bytes) -> str:
     return h.hexdigest()
 
 
-def _read_regular_file(path: Path) -> bytes:
-    """The bytes of ``path`` if it is a regular file, else OSError. An entry
-    replaced by a FIFO blocked the compile that read it for good, and one
-    linked to /dev/zero read until memory ran out (an attack run): so the
-    open never blocks, and only a regular file's own size is read."""
+class _Oversized(OSError):
+    """An entry larger than any entry this cache keeps."""
+
+
+def _read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit``
+    bytes, else OSError. An entry replaced by a FIFO blocked the compile
+    that read it for good, and one linked to /dev/zero read until memory ran
+    out (an attack run): so the open never blocks, and only a regular file's
+    own size is read, if that is a size an entry can have."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{path} is not a regular file")
+        if st.st_size > limit:
+            raise _Oversized(f"{path} holds {st.st_size} bytes, over {limit}")
         chunks, left = [], st.st_size
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 24))
@@ -136,6 +145,11 @@ class DiskCache:
         self.directory = Path(directory).expanduser()
         if self.directory.exists() and not self.directory.is_dir():  # mkdir: FileExistsError
             raise NotADirectoryError(f"cache_dir {str(self.directory)!r} is not a directory")
+        if self.directory.is_symlink() and not self.directory.exists():  # mkdir: EEXIST
+            raise NotADirectoryError(
+                f"cache_dir {str(self.directory)!r} is a symbolic link to nothing "
+                f"(dangling, or a loop: {os.readlink(self.directory)!r})"
+            )
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self.hits = 0
@@ -149,8 +163,15 @@ class DiskCache:
     def get(self, key: str) -> bytes | None:
         path = self.path(key)
         try:
-            data = _read_regular_file(path)
-        except OSError:
+            # An entry can outgrow max_bytes (the one just written is kept),
+            # but not both it and ENTRY_LIMIT: a sparse 64 GiB file was read
+            # whole on every compile of its program.
+            data = _read_regular_file(path, max(self.max_bytes, ENTRY_LIMIT))
+        except _Oversized:
+            self.misses += 1
+            self.reject(key)
+            return None
+        except (OSError, MemoryError):  # MemoryError: not now, maybe later
             self.misses += 1
             return None
         with contextlib.suppress(OSError):  # removed meanwhile: still a hit
@@ -164,7 +185,10 @@ class DiskCache:
             self.path(key).unlink()
 
     def put(self, key: str, data: bytes) -> None:
-        """Write an entry atomically, then trim the directory to ``max_bytes``."""
+        """Write an entry atomically, then trim the directory to ``max_bytes``.
+        An entry ``get`` would not read is not written."""
+        if len(data) > max(self.max_bytes, ENTRY_LIMIT):
+            return
         fd, tmp = tempfile.mkstemp(prefix=_TMP, suffix=_SUFFIX, dir=self.directory)
         try:
             with os.fdopen(fd, "wb") as f:

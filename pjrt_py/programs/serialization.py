@@ -138,7 +138,7 @@ def unpack(data: bytes) -> tuple[dict[str, Any], list[ArgSpec] | None, memoryvie
         want_size, want_hash = int(header["payload_size"]), str(header["payload_sha256"])
         specs = header["signature"]
         signature = None if specs is None else [_spec_from_json(s) for s in specs]
-    except (ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError, RecursionError) as e:  # nested deeper than json reads
         raise SerializationError(f"serialized executable has a damaged header: {e}") from None
     payload = view[start + size :]
     if len(payload) != want_size:
@@ -241,7 +241,7 @@ def cache_key_of(data: bytes) -> str | None:
     _, _, size = _PREFIX.unpack_from(view)
     try:
         key = json.loads(bytes(view[_PREFIX.size : _PREFIX.size + size])).get("cache_key")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return None
     return key if isinstance(key, str) else None
 
