@@ -599,3 +599,35 @@ func.func @main() {
     with pytest.raises(RewriteError, match="inside a region"):
         rewrite(in_region)
     assert rewrite(PRETTY).checks  # a check at @main's top level still rewrites
+
+
+IDENTITY_2X3 = """
+func.func @main(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  return %x : tensor<2x3xf32>
+}
+"""
+
+
+def test_case_files_are_read_by_what_they_are(tmp_path: Path) -> None:
+    # A sibling that is no .npy was reported as "pickled (object) data" to
+    # allow, a big-endian expected result as a mismatch of >f4 and float32,
+    # and a case with a NUL byte or bad UTF-8 with no file named.
+    cases = write(tmp_path / "cases", {f"{n}.mlir": IDENTITY_2X3 for n in ("be", "txt")})
+    (cases / "nul.mlir").write_bytes(IDENTITY_2X3.encode() + b"\0")
+    (cases / "latin.mlir").write_bytes(b"\xff" + IDENTITY_2X3.encode())
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.save(cases / "be.input0.npy", a.astype(">f4"))
+    np.save(cases / "be.expected0.npy", a.astype(">f4"))
+    np.save(cases / "txt.expected0.npy", a)
+    (cases / "txt.input0.npy").write_text("hello, not numpy\n")
+    result = pjrt_py_test(str(cases), "-j", "1")
+    lines = {}
+    for line in result.stdout.splitlines():
+        for name in ("be", "txt", "nul", "latin"):
+            if f"{name}.mlir" in line:
+                lines[name] = line
+    assert lines["be"].startswith("PASS"), result.stdout
+    assert "input" in lines["txt"] and "is not a .npy file (no numpy header)" in lines["txt"]
+    assert "pickle" not in result.stdout
+    assert "case" in lines["nul"] and "nul.mlir" in lines["nul"] and "NUL byte" in lines["nul"]
+    assert "latin.mlir" in lines["latin"] and "not UTF-8" in lines["latin"]

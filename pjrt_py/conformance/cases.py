@@ -65,9 +65,38 @@ class Case:
     expected: list[npt.NDArray[Any]]
 
 
+def read_npy(path: str | os.PathLike[str], role: str = "input") -> npt.NDArray[Any]:
+    """The array in a ``.npy`` file, in native byte order; errors name the
+    file. Never unpickles. A file that is no .npy at all was reported by
+    numpy as pickled data to allow, and a big-endian expected result as a
+    mismatch of ``>f4`` against ``float32``."""
+    name = os.fspath(path)
+    try:
+        with open(name, "rb") as f:
+            if f.read(6) != b"\x93NUMPY":
+                raise ValueError(f"{role} {name!r} is not a .npy file (no numpy header)")
+            f.seek(0)
+            array: npt.NDArray[Any] = np.load(f, allow_pickle=False)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{role} {name!r} does not exist") from None
+    except (ValueError, OSError) as e:
+        if str(e).startswith(f"{role} {name!r}"):
+            raise
+        raise ValueError(f"{role} {name!r} cannot be read as a .npy array: {e}") from None
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
 def load(path: Path) -> Case:
     """Read a case's program and its sibling ``.npy`` files."""
-    text = path.read_text()
-    inputs = [np.load(p) for p in _numbered(path, "input")]
-    expected = [np.load(p) for p in _numbered(path, "expected")]
+    data = path.read_bytes()
+    if b"\0" in data:
+        raise ValueError(f"case {str(path)!r} is not MLIR text (a NUL byte at {data.index(0)})")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"case {str(path)!r} is not UTF-8 MLIR text: {e}") from None
+    inputs = [read_npy(p, "input") for p in _numbered(path, "input")]
+    expected = [read_npy(p, "expected result") for p in _numbered(path, "expected")]
     return Case(path, text, inputs, expected)
