@@ -32,7 +32,8 @@ from ..runtime.plugin import address
 from . import diagnostics, form, serialization
 from .bytecode_reader import BytecodeReader
 from .cache import ENV_DIR, DiskCache, MemoryCache, disk_key
-from .compile_options import options_for_program, program_bytes
+from .call_options import call_options
+from .compile_options import program_bytes
 from .compiled import CompiledProgram
 from .debug_options import DebugValue
 from .diagnostics import explain_compile_error
@@ -42,12 +43,9 @@ from .exported import exported_text, is_exported
 from .isolate import IsolatedCompiler, env_default
 from .mlir_checks import check_program
 from .mlir_text import find_main, main_signature
-from .placement import check_compile_options
 from .plugin_guards import check_for_plugin
 from .signature import ArgSpec
 
-# Texts whose plain compile options are kept (then all are forgotten at once).
-PLAIN_OPTIONS_KEPT = 256
 
 class Compiler:
     """One client's compile state and the calls that use it.
@@ -141,41 +139,18 @@ class Compiler:
                 ),
                 recompile,
             )
-        plain = compile_options is None and debug_options is None and device is None
-        plain = plain and (num_replicas, num_partitions, device_assignment) == (None, None, None)
-        if plain and isinstance(program, str) and program in self._plain_options:
-            # The options of compile(text) with nothing else given depend on
-            # the text and the client's devices only: encoded once per text.
-            options = self._plain_options[program]
-        elif compile_options is None:
-            options = options_for_program(
-                program,
-                num_replicas=num_replicas,
-                num_partitions=num_partitions,
-                device_assignment=None
-                if device_assignment is None
-                else [[self._device_id(client, d) for d in row] for row in device_assignment],
-                device=None if device is None else client._target(device).id,
-                device_ids=[d.id for d in client.devices],
-                debug_options=debug_options,
-                read=self.bytecode.text,
-            )
-        elif not isinstance(compile_options, (bytes, bytearray)) or not compile_options:
-            raise ValueError("compile_options must be non-empty serialized CompileOptionsProto")
-        elif (num_replicas, num_partitions, device_assignment, device, debug_options) != (
-            None,
-        ) * 5:
-            raise ValueError(
-                "compile_options is used as is: do not also pass num_replicas, "
-                "num_partitions, device_assignment, device or debug_options"
-            )
-        else:
-            options = bytes(compile_options)
-            check_compile_options(options, [d.id for d in client.devices])
-        if plain and isinstance(program, str):
-            if len(self._plain_options) >= PLAIN_OPTIONS_KEPT:
-                self._plain_options.clear()
-            self._plain_options[program] = options
+        options = call_options(
+            client,
+            program,
+            self._plain_options,
+            self.bytecode.text,
+            num_replicas=num_replicas,
+            num_partitions=num_partitions,
+            device_assignment=device_assignment,
+            compile_options=compile_options,
+            device=device,
+            debug_options=debug_options,
+        )
         if not isinstance(ordered, bool):
             raise TypeError(f"ordered must be True or False, got {ordered!r}")
         if isolate and client._spans_processes:
@@ -209,9 +184,6 @@ class Compiler:
             exe._ordered_form()
             exe._ordered = exe._blocked = True
         return exe
-
-    def _device_id(self, client: RuntimeClient, device: int | Device) -> int:
-        return client._target(device).id if isinstance(device, Device) else device
 
     def compile_code(
         self,
