@@ -143,6 +143,10 @@ static PyObject* client_core_closed_reason(ClientCoreObject* self, PyObject* wha
       "created before os.fork() in the parent process; create a new pjrt_py.Client in this "
       "process";
   bool own = what == Py_None;
+  if (!own && !PyUnicode_Check(what)) {
+    PyErr_SetString(PyExc_TypeError, "_closed_reason takes a str or None");
+    return NULL;
+  }
   if (self->c != NULL && self->c->generation != g_generation) {
     if (own) return PyUnicode_FromFormat("client was %s", fork);
     return PyUnicode_FromFormat("%U belongs to a client %s", what, fork);
@@ -217,6 +221,12 @@ static PyObject* client_core_from_host(ClientCoreObject* self, PyObject* args) {
     return PyErr_Format(PyExc_ValueError, "arrays of rank %d are not supported (max %d)",
                         PyArray_NDIM((PyArrayObject*)array), PJRT_PY_MAX_RANK);
   }
+  int64_t dims[PJRT_PY_MAX_RANK];
+  for (int i = 0; i < PyArray_NDIM((PyArrayObject*)array); ++i)
+    dims[i] = (int64_t)PyArray_DIMS((PyArrayObject*)array)[i];
+  if (meta_check(meta, type, PyArray_NDIM((PyArrayObject*)array), dims,
+                 PyArray_DESCR((PyArrayObject*)array)) < 0)
+    return NULL;
   PJRT_Device* device = (PJRT_Device*)PyLong_AsVoidPtr(device_address);
   PJRT_Memory* memory =
       memory_address == Py_None ? NULL : (PJRT_Memory*)PyLong_AsVoidPtr(memory_address);
@@ -239,6 +249,13 @@ static PyObject* client_core_view(ClientCoreObject* self, PyObject* args) {
   if (c == NULL) return NULL;
   if (!PJRT_PY_HAS(c->api, PJRT_Client_CreateViewOfDeviceBuffer)) {
     PyErr_SetString(PyExc_BufferError, "the plugin cannot view memory it does not own");
+    return NULL;
+  }
+  dlp_tensor* t = ((TensorObject*)tensor)->t;
+  if (meta_check(meta, type, t->ndim, t->shape, NULL) < 0) return NULL;
+  PyArray_Descr* descr = (PyArray_Descr*)PyTuple_GetItem(meta, 1);
+  if ((int64_t)t->dtype.bits * t->dtype.lanes != 8 * (int64_t)PyDataType_ELSIZE(descr)) {
+    PyErr_SetString(PyExc_ValueError, "_view: the tensor's elements are not of the type's size");
     return NULL;
   }
   PJRT_Device* device = (PJRT_Device*)PyLong_AsVoidPtr(device_address);

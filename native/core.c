@@ -15,6 +15,7 @@
 #include "gate_call.c"
 #include "completion.c"
 #include "client_ref.c"
+#include "meta.c"
 #include "host.c"
 #include "buffer.c"
 #include "accounting.c"

@@ -67,6 +67,10 @@ static PyObject* buffer_dlpack_export(BufferObject* b, PyObject* args) {
   if (buffer_live(b) < 0) return NULL;
   PyObject* meta = buffer_meta(b);
   if (meta == NULL) return NULL;
+  if (bits != 8 * (int)PyDataType_ELSIZE((PyArray_Descr*)PyTuple_GetItem(meta, 1))) {
+    PyErr_SetString(PyExc_ValueError, "_dlpack: bits is not the size of the buffer's elements");
+    return NULL;
+  }
   /* ordered: the consumer's stream waits for the data (stream.c) or the
    * consumer asked for no synchronisation; else it must be there now. */
   if (!ordered && !buffer_ready_ok(b)) {

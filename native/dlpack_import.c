@@ -149,6 +149,12 @@ static PyObject* tensor_as_array(TensorObject* self, PyObject* dtype) {
   PyArray_Descr* descr = NULL;
   if (!PyArray_DescrConverter(dtype, &descr)) return NULL;
   dlp_tensor* t = self->t;
+  int64_t bits = (int64_t)t->dtype.bits * t->dtype.lanes, size = PyDataType_ELSIZE(descr);
+  if (PyDataType_REFCHK(descr) || !(bits == 8 * size || (bits < 8 && size == 1))) {
+    Py_DECREF(descr); /* packed sub-byte elements are read a byte each */
+    PyErr_SetString(PyExc_ValueError, "as_array: the dtype is not the tensor's element size");
+    return NULL;
+  }
   npy_intp dims[PJRT_PY_MAX_RANK], strides[PJRT_PY_MAX_RANK];
   npy_intp item = (npy_intp)PyDataType_ELSIZE(descr);
   npy_intp step = item;

@@ -18,9 +18,14 @@ static PyObject* g_lazy_bit_names[2];  /* "is_neg", "is_conj" */
 static PyObject* g_lazy_type;          /* the last type asked about (a strong reference) */
 static int g_lazy_type_torch;          /* whether it is one of torch's */
 
-/* set_dlpack_codes([(PJRT type, DLPack code, bits), ...]) */
+/* set_dlpack_codes([(PJRT type, DLPack code, bits), ...]), once (at import):
+ * a remapped code had a producer of smaller elements viewed as larger ones. */
 static PyObject* core_set_dlpack_codes(PyObject* self, PyObject* rows) {
   (void)self;
+  if (g_dlpack_name != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "set_dlpack_codes: the table is set once, at import");
+    return NULL;
+  }
   PyObject* seq = PySequence_Tuple(rows);
   if (seq == NULL) return NULL;
   for (Py_ssize_t i = 0; i < PyTuple_Size(seq); ++i) {

@@ -275,8 +275,12 @@ static PyObject* core_staging_configure(PyObject* self, PyObject* args) {
     return NULL;
   pjrt_py_client* c = staging_client(client);
   if (c == NULL) return NULL;
+  /* Chunks to 1 GiB, as pjrt_py.runtime.staging takes them: chunk_bytes x
+   * slots is the ring's size, and a product past size_t wrapped into a small
+   * mapping the copies then wrote far past. */
   if (mode < STAGING_OFF || mode > STAGING_ON || min_bytes < 1 || chunk_bytes < 4096 ||
-      chunk_bytes % 4096 != 0 || slots < 1 || slots > STAGING_MAX_SLOTS) {
+      chunk_bytes > (1 << 30) || chunk_bytes % 4096 != 0 || slots < 1 ||
+      slots > STAGING_MAX_SLOTS || !(timeout >= 0)) {
     PyErr_SetString(PyExc_ValueError, "staging_configure: settings out of range");
     return NULL;
   }

@@ -313,6 +313,14 @@ static PyObject* core_exit_sequence(PyObject* self, PyObject* arg) {
   (void)self;
   double timeout = PyFloat_AsDouble(arg);
   if (timeout == -1.0 && PyErr_Occurred()) return NULL;
+  if (!(timeout >= 0 && timeout < 1e9)) { /* NaN or forever: the waits below never end */
+    PyErr_SetString(PyExc_ValueError, "exit_sequence: timeout must be finite seconds >= 0");
+    return NULL;
+  }
+  if (callback_on_pjrt_thread() != NULL) { /* it would wait for its own callback */
+    PyErr_SetString(PyExc_RuntimeError, "exit_sequence: not from inside a callback");
+    return NULL;
+  }
   if (phase() != PHASE_RUNNING) return PyLong_FromLong(0);
   double deadline = now_seconds() + timeout;
   __atomic_store_n(&g_phase, PHASE_EXITING, __ATOMIC_RELEASE);
