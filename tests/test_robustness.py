@@ -959,6 +959,8 @@ ops = {
     "shape": lambda b: check(b.shape == (N,)),
     "copy_to_device": lambda b: same(b.copy_to_device(dev1).to_numpy(), x),
     "execute": lambda b: same(exe.execute(b, x).to_numpy(), x2),
+    # the export takes its reference and address with the GIL released
+    "dlpack": lambda b: same(np.from_dlpack(b), x) if b.__dlpack_device__()[0] == 1 else None,
 }
 
 race(1500, lambda: c.buffer(x), lambda b: b.delete())
@@ -975,6 +977,7 @@ race(1500, lambda: c.buffer(x), lambda b: b.delete())
             "shape",
             "copy_to_device",
             "execute",
+            "dlpack",
         },
     )
     assert wall < 40
