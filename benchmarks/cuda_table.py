@@ -4,7 +4,8 @@
 
 GPU_OUT is the folder ``tools/gpu_check.sh run`` wrote (``gpu_out/``, or the
 device tool's copy of it): ``device.json`` (the GPU, the plugin, versions)
-and the JSON of the ``bandwidth``, ``dispatch`` and ``callbacks`` steps,
+and the JSON of the ``figures`` (``gpu_figures.json``), ``bandwidth``,
+``dispatch`` and ``callbacks`` steps,
 loose or packed in its ``gpu_out.tar.gz`` (or that archive itself).
 Only the part of the page between the CUDA markers is rewritten; a step that
 did not run is named as missing, not guessed. The tables are the benchmarks'
@@ -27,7 +28,7 @@ from .report import markdown_table, targets_table
 
 START = "<!-- cuda: start (python -m benchmarks.cuda_table GPU_OUT) -->"
 END = "<!-- cuda: end -->"
-STEPS = ("bandwidth", "dispatch", "callbacks")
+STEPS = ("gpu_figures", "bandwidth", "dispatch", "callbacks")
 PACKED = "gpu_out.tar.gz"
 
 

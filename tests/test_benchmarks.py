@@ -321,6 +321,7 @@ def test_cuda_table_writes_a_gpu_checks_figures_between_its_markers(
     out.mkdir()
     for name in ("bandwidth", "dispatch"):
         (out / f"{name}.json").write_text(json.dumps(reports[name]))
+    run_module("benchmarks.gpu_figures", "--quick", "--json", str(out / "gpu_figures.json"))
     device = {"gpu": "NVIDIA H100 80GB HBM3, 81559 MiB", "plugin": "jax-cuda13-pjrt 0.11.2"}
     (out / "device.json").write_text(json.dumps({**device, "pjrt": "0.90", "jax": "0.11.2"}))
     page = tmp_path / "performance.md"
@@ -337,6 +338,8 @@ def test_cuda_table_writes_a_gpu_checks_figures_between_its_markers(
     assert "torch absent" in text and "Not in this run: callbacks." in text
     assert "| dispatch | dispatch / C loop |" in text  # the targets, from the reports
     assert f"### bandwidth: {reports['bandwidth']['what']}" in text
+    assert "### gpu_figures: matmul rate, dtype round trips, memory beside torch" in text
+    assert "| dtypes round-tripped bit-exactly | 11 of 11 |" in text
     assert "| " + " | ".join(reports["dispatch"]["table"][1]) + " |" in text
     (out / "callbacks.json").write_text(json.dumps(reports["callbacks"]))
     run_module("benchmarks.cuda_table", str(out), "--doc", str(page))
@@ -374,3 +377,23 @@ def test_cuda_table_writes_a_gpu_checks_figures_between_its_markers(
         text=True,
     )
     assert failed.returncode == 2 and "outside the destination" in failed.stderr, failed.stderr
+
+
+def test_gpu_figures_measure_what_issue_24_measured(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    run_module("benchmarks.gpu_figures", "--quick", "--json", str(out))
+    report = json.loads(out.read_text())
+    assert len(report["round_trip"]) == 11 and set(report["round_trip"].values()) == {"exact"}
+    assert {"bfloat16", "float8_e4m3fn", "complex128", "bool"} <= set(report["round_trip"])
+    assert report["matmul"]["n"] == 256 and report["matmul"]["pjrt_py_tflops"] > 0
+    if report["platform"] not in ("cuda", "rocm"):
+        assert report["beside_torch"] == {
+            "skipped": f"needs a GPU plugin; this one is {report['platform']}"
+        }
+    assert report["targets"][0] == {
+        "name": "dtypes not round-tripped bit-exactly",
+        "value": 0,
+        "limit": 0,
+        "kind": "max",
+        "met": True,
+    }

@@ -18,6 +18,8 @@
 #   pytest     tests/test_staging.py, every gpu-marked test, the
 #              capability-gated buffer and memory tests, and no call waiting
 #              with the GIL (test_gil_waits.py), on $PJRT_PLUGIN (cuda)
+#   figures    benchmarks/gpu_figures.py: issue 24's bf16 matmul rate next to
+#              jax's, ten dtypes round-tripped, a default client beside torch
 #   bandwidth  benchmarks/bandwidth.py: pjrt_py (unstaged, staged), jax, torch
 #   callbacks  benchmarks/callbacks.py: a host callback's round trip on the
 #              GPU next to jax.jit + pure_callback
@@ -193,6 +195,9 @@ run() {
   if wanted device; then step device 60 bash -c device_step; fi
   if wanted smoke; then step smoke 90 bash -c smoke_step; fi
   if wanted pytest; then step pytest 200 bash -c pytest_step; fi
+  if wanted figures; then
+    step figures 90 $PY -m benchmarks.gpu_figures --json "$OUT/gpu_figures.json"
+  fi
   if wanted bandwidth; then
     step bandwidth 120 $PY -m benchmarks.bandwidth --json "$OUT/bandwidth.json"
   fi
