@@ -216,6 +216,22 @@ def test_run_reads_stdin_and_checks_inputs_before_compiling(tmp_path: Path) -> N
         result = pjrt_py("run", str(program), "-i", str(tmp_path / name))
         assert result.returncode == 1
         assert f"input '{tmp_path / name}' {message}" in result.stderr
+    # A big-endian array is taken in native byte order (it was refused as
+    # ">f4", which no program declares), as pjrt-py test takes it.
+    np.save(tmp_path / "be.npy", np.arange(8, dtype=">f4"))
+    out = tmp_path / "out.npy"
+    big = pjrt_py(
+        "run",
+        str(program),
+        "-i",
+        str(tmp_path / "be.npy"),
+        "-i",
+        str(tmp_path / "be.npy"),
+        "-o",
+        str(out),
+    )
+    assert big.returncode == 0, big.stderr
+    np.testing.assert_array_equal(np.load(out), 2 * np.arange(8, dtype=np.float32))
 
 
 def test_run_refuses_a_program_that_is_no_file_and_takes_bytecode(

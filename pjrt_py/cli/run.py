@@ -92,16 +92,7 @@ def _read_program(path: str) -> str | bytes:
 
 
 def _load_input(path: str) -> Any:
-    """An -i file's array; errors name the file."""
-    try:
-        with open(path, "rb") as f:
-            if f.read(6) != b"\x93NUMPY":
-                raise ValueError(f"input {path!r} is not a .npy file (no numpy header)")
-            f.seek(0)
-            return np.load(f, allow_pickle=False)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"input {path!r} does not exist") from None
-    except (ValueError, OSError) as e:
-        if str(e).startswith(f"input {path!r}"):
-            raise
-        raise ValueError(f"input {path!r} cannot be read as a .npy array: {e}") from None
+    """An -i file's array, in native byte order; errors name the file."""
+    from ..conformance.cases import read_npy
+
+    return read_npy(path, "input")
