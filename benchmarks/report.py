@@ -40,8 +40,9 @@ def markdown_table(rows: list[list[str]]) -> str:
 
 def targets_table(reports: dict[str, dict[str, Any]]) -> str:
     rows = [["benchmark", "target", "measured", "limit", "met"]]
-    for name in ORDER:
-        for t in reports.get(name, {}).get("targets", []):
+    names = [n for n in ORDER if n in reports] + [n for n in reports if n not in ORDER]
+    for name in names:  # the CPU page's order, then any other (the CUDA table's)
+        for t in reports[name].get("targets", []):
             sign = "<=" if t["kind"] == "max" else ">="
             rows.append(
                 [

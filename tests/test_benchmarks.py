@@ -340,6 +340,7 @@ def test_cuda_table_writes_a_gpu_checks_figures_between_its_markers(
     assert f"### bandwidth: {reports['bandwidth']['what']}" in text
     assert "### gpu_figures: matmul rate, dtype round trips, memory beside torch" in text
     assert "| dtypes round-tripped bit-exactly | 11 of 11 |" in text
+    assert "| gpu_figures | dtypes not round-tripped bit-exactly | 0 | <= 0 | yes |" in text
     assert "| " + " | ".join(reports["dispatch"]["table"][1]) + " |" in text
     (out / "callbacks.json").write_text(json.dumps(reports["callbacks"]))
     run_module("benchmarks.cuda_table", str(out), "--doc", str(page))
