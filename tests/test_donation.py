@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import doubling, lets_threads_run, queued_work
+from conftest import doubling, lets_threads_run, queued_work, run_python
 
 import pjrt_py
 
@@ -55,6 +55,44 @@ def test_a_donated_promise_is_dead_too(client: pjrt_py.Client, donate_x) -> None
     np.testing.assert_array_equal(second.value().to_numpy(), np.full(8, 3, np.float32))
     with pytest.raises(ValueError, match="donated"):
         first.value().to_numpy()
+
+
+def test_a_donated_buffer_passed_twice_is_refused_before_the_plugin(
+    client: pjrt_py.Client, donate_x: pjrt_py.Executable
+) -> None:
+    x = ones(client)
+    promise = donate_x.execute_async(ones(client), ones(client))
+    for args in ((x, x), (promise, promise.value())):
+        with pytest.raises(ValueError, match="argument 0 is donated, and the same buffer is also"):
+            donate_x.execute(*args)
+    assert not x.is_deleted  # nothing ran
+    np.testing.assert_array_equal(donate_x.execute(x, x.copy_to_device(x.device)).to_numpy(), 2)
+    assert x.is_deleted
+
+
+@pytest.mark.needs_devices(2)
+def test_a_donated_buffer_passed_twice_on_many_devices_is_refused_not_a_crash() -> None:
+    # fastatomstruct-xla-cpu segfaulted on it in execute_sharded (one device:
+    # the plugin's INVALID_ARGUMENT); in a child, in case it ever does again.
+    result = run_python(
+        f"""
+        import numpy as np
+        import pjrt_py
+        c = pjrt_py.Client()  # $PJRT_PLUGIN's, as the session's
+        assert len(c.devices) >= 2, c.devices
+        exe = c.compile({DONATE_X!r}, num_replicas=2)
+        rows = [[b, b] for b in (c.buffer(np.ones(8, np.float32), device=d) for d in exe.devices)]
+        for call in (exe.execute_sharded, exe.execute_sharded_async):
+            try:
+                call(rows)
+            except ValueError as e:
+                print("refused:", e)
+        print("alive", all(not r[0].is_deleted for r in rows))
+        """
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("refused: argument 0 is donated") == 2, result.stdout
+    assert "on device 0" in result.stdout and "alive True" in result.stdout
 
 
 def test_non_donatable_keeps_the_input(client: pjrt_py.Client, donate_x) -> None:

@@ -306,4 +306,17 @@ def non_donatable_indices(
     for i in donated:
         if i not in indices and any(row[i]._host_aliased or row[i]._exports for row in rows):
             indices.add(i)
+    for d, row in enumerate(rows):  # one buffer in two places, one of them donated
+        for i in donated:
+            if i in indices:
+                continue
+            twice = [j for j, b in enumerate(row) if j != i and b is row[i]]
+            if twice:
+                # The plugin refuses it on one device; fastatomstruct-xla-cpu
+                # segfaulted on several; jax gets the plugin's INVALID_ARGUMENT.
+                where = f" on device {d}" if len(rows) > 1 else ""
+                raise ValueError(
+                    f"argument {i} is donated, and the same buffer is also argument {twice[0]}"
+                    f"{where}: a donated buffer can be passed once (pass a copy for the other)"
+                )
     return sorted(indices)
