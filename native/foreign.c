@@ -113,8 +113,12 @@ static int foreign_lazy_bits(PyObject* arg) {
  * argument is not one the fast path takes. */
 static BufferObject* foreign_argument(PyObject* arg, PyObject* client, pjrt_py_client* c,
                                       PJRT_Device* device, PyObject* expect) {
+  /* pjrt_py's own Buffers and promises are never taken as foreign: one on
+   * another device, memory or client gets the Python path's refusal (a
+   * promise was viewed through DLPack instead, wherever it was). */
   if (!c->cpu || device == NULL || g_dlpack_name == NULL || PyArray_Check(arg) ||
-      PyArray_IsScalar(arg, Generic) || Py_TYPE(arg) == BufferType ||
+      PyArray_IsScalar(arg, Generic) || PyObject_TypeCheck(arg, BufferType) ||
+      PyObject_TypeCheck(arg, PromiseType) ||
       !PJRT_PY_HAS(c->api, PJRT_Client_CreateViewOfDeviceBuffer))
     return NULL;
   if (foreign_lazy_bits(arg)) return NULL;

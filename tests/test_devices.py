@@ -65,6 +65,15 @@ def test_an_argument_on_another_device_is_a_clear_error(client: pjrt_py.Client, 
     x = client.buffer(np.ones(8, np.float32), devices[1])
     with pytest.raises(ValueError, match="argument 0 is on .* copy_to_device"):
         exe.execute_async(x, x)
+    # A promise of it too: the native path once viewed a promise through
+    # DLPack wherever its buffer was, and ran.
+    promised = client.buffer_async(np.ones(8, np.float32), devices[1])
+    for call in (exe.execute, exe.execute_async):
+        with pytest.raises(ValueError, match="argument 0 is on .* copy_to_device"):
+            call(promised, promised)
+    other = pjrt_py.Client().buffer_async(np.ones(8, np.float32))
+    with pytest.raises(ValueError, match="argument 0: buffer belongs to another client"):
+        exe.execute(other, other)
     here = x.copy_to_device(devices[0])
     np.testing.assert_array_equal(exe.execute(here, here).to_numpy(), np.full(8, 2, np.float32))
 

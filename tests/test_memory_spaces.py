@@ -79,11 +79,12 @@ def test_an_argument_in_another_memory_is_refused_before_dispatch(
     other = client.buffer(x, memory=kind)
     here = client.buffer(x)
     message = f"argument 1 is in '{kind}' memory; the program reads it from 'device' memory"
-    with pytest.raises(ValueError, match=f"{message} .*copy_to_memory"):
-        if form == "execute_sharded":
-            exe.execute_sharded([[here, other]])
-        else:
-            getattr(exe, form)(here, other)
+    for given in (other, client.buffer_async(x, memory=kind)):  # a promise of it too
+        with pytest.raises(ValueError, match=f"{message} .*copy_to_memory"):
+            if form == "execute_sharded":
+                exe.execute_sharded([[here, given]])
+            else:
+                getattr(exe, form)(here, given)
     moved = other.copy_to_memory(client.default_device.default_memory)
     out = exe.execute(here, moved)
     np.testing.assert_array_equal(out.to_numpy(), 2 * x)
