@@ -208,7 +208,7 @@ class Compiler:
             if find_main(text) is None:  # the plugin would print the module in generic form
                 raise diagnostics.missing_main(text)
             if guard and not isolate:
-                check_for_plugin(text, client.plugin.api_version)
+                check_for_plugin(text, client.plugin.api_version, client.platform_name)
         if isolate:
             return self._load(client, self.helper.compile(program, code, options))
         signature = main_signature(text) if text is not None else None

@@ -18,6 +18,14 @@ isolate=True)`` runs the compiler in a helper process, where the abort is a
   one it cannot read); which programs abort exactly is the compiler's
   business, so the check is wider than the defect. The 0.106 and 0.115
   builds compile and run all of them correctly.
+- **Empty results in two layouts** (CPU builds from PJRT 0.106).
+  fastatomstruct-xla-cpu (0.106) and lammps-jax-pjrt-cpu (0.115) die of
+  SIGFPE in their tiled-fusion emitter compiling a program with two
+  zero-element results of one shape, one of them in another explicit order
+  (``-> (tensor<0x3xf32> {mhlo.layout_mode = "{0,1}"}, tensor<0x3xf32>)``);
+  each alone, or in one order, compiles (a helper's fuzz, then measured).
+  xla-cpu-pjrt (0.81) compiles it. Refused on the CPU builds from 0.106
+  whenever zero-element results of one shape ask for different orders.
 """
 
 from __future__ import annotations
@@ -30,22 +38,22 @@ from .mlir_text import main_signature, read_main, tensor_type
 from .signature import ArgSpec
 
 PACKED_LAYOUTS_FROM = (0, 106)  # the oldest build measured not to abort
+EMPTY_RESULTS_FROM = (0, 106)  # the oldest build measured to abort
 
 _LAYOUT = re.compile(r'mhlo\.layout_mode\s*=\s*"([^"]*)"')
 
 
-def check_for_plugin(text: str, api_version: Sequence[int]) -> None:
-    """Raise ``ValueError`` for a program the plugin of ``api_version`` is
-    known to abort on (see the module's docstring)."""
+def check_for_plugin(text: str, api_version: Sequence[int], platform: str = "cpu") -> None:
+    """Raise ``ValueError`` for a program the plugin of ``api_version`` (and
+    ``platform``) is known to abort on (see the module's docstring)."""
+    if platform == "cpu" and tuple(api_version) >= EMPTY_RESULTS_FROM:
+        _check_empty_results(text, api_version)
     if tuple(api_version) >= PACKED_LAYOUTS_FROM:
         return
     for what, spec in _declared(text):
         if spec.dtype not in PACKED or spec.default_layout or spec.layout == "auto":
             continue
-        # The dimension order, before any tiling or element-size suffix
-        # ("{0,1:T(2,2)}"); what cannot be read is refused too.
-        dims = re.fullmatch(r"\{\s*([\d\s,]*?)\s*(?::.*)?\}", spec.layout or "")
-        order = tuple(int(d) for d in re.findall(r"\d+", dims.group(1))) if dims else None
+        order = _order(spec)
         if order is None or order != tuple(range(len(order) - 1, -1, -1)):
             raise ValueError(
                 f"{what} is {spec} in layout {spec.layout}: PJRT "
@@ -54,6 +62,32 @@ def check_for_plugin(text: str, api_version: Sequence[int]) -> None:
                 f"{PACKED_LAYOUTS_FROM[0]}.{PACKED_LAYOUTS_FROM[1]} compile it); keep it "
                 f"row-major, or "
                 f"compile(..., isolate=True) to try in a helper process"
+            )
+
+
+def _order(spec: ArgSpec) -> tuple[int, ...] | None:
+    """The dimension order of an explicit layout, before any tiling or
+    element-size suffix ("{0,1:T(2,2)}"); None if it cannot be read."""
+    dims = re.fullmatch(r"\{\s*([\d\s,]*?)\s*(?::.*)?\}", spec.layout or "")
+    return tuple(int(d) for d in re.findall(r"\d+", dims.group(1))) if dims else None
+
+
+def _check_empty_results(text: str, api_version: Sequence[int]) -> None:
+    orders: dict[tuple[int | None, ...], set[object]] = {}
+    for what, spec in _declared(text):
+        if not what.startswith("result") or spec.shape is None or 0 not in spec.shape:
+            continue
+        row_major = tuple(range(len(spec.shape) - 1, -1, -1))
+        explicit = not (spec.default_layout or spec.layout == "auto")
+        order = _order(spec) if explicit else row_major
+        orders.setdefault(spec.shape, set()).add(order or spec.layout)
+    for shape, seen in orders.items():
+        if len(seen) > 1:
+            raise ValueError(
+                f"two empty results of shape {list(shape)} ask for different layouts: PJRT "
+                f"{api_version[0]}.{api_version[1]} CPU builds kill the process compiling "
+                f"that (SIGFPE); give them one layout, or compile(..., isolate=True) to try "
+                f"in a helper process"
             )
 
 
