@@ -144,13 +144,25 @@ static PyObject* buffer_copy_to_device(BufferObject* b, PyObject* device) {
 }
 
 /* copy.copy and copy.deepcopy, like a jax.Array's: a new buffer with the same
- * data on the same device, so deleting or donating one leaves the other alone. */
+ * data on the same device and in the same memory (a pinned_host buffer's copy
+ * was made in device memory), so deleting or donating one leaves the other
+ * alone. A plugin without memories, or one that refuses the copy to the same
+ * memory where no program can make it, gets the copy to the device. */
 static PyObject* buffer_copy(BufferObject* b, PyObject* unused) {
   (void)unused;
-  PyObject* device = buffer_get_device(b, NULL);
-  if (device == NULL) return NULL;
-  PyObject* promise = buffer_copy_to_device_async(b, device);
-  Py_DECREF(device);
+  PyObject* promise = NULL;
+  if (PJRT_PY_HAS(b->c->api, PJRT_Buffer_CopyToMemory)) {
+    PyObject* memory = buffer_get_memory(b, NULL);
+    promise = memory != NULL ? buffer_copy_to_memory_async(b, memory) : NULL;
+    Py_XDECREF(memory);
+    if (promise == NULL) PyErr_Clear();
+  }
+  if (promise == NULL) {
+    PyObject* device = buffer_get_device(b, NULL);
+    if (device == NULL) return NULL;
+    promise = buffer_copy_to_device_async(b, device);
+    Py_DECREF(device);
+  }
   if (promise == NULL) return NULL;
   /* buffer(): a program's promise makes its Buffer on first use */
   PyObject* copy = PyObject_CallMethod(promise, "buffer", NULL);

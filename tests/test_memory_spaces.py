@@ -66,6 +66,24 @@ def test_copies_between_memories_keep_the_data(client: pjrt_py.Client) -> None:
     assert moved.device == client.addressable_devices[2]
 
 
+@pytest.mark.parametrize("kind", CPU_KINDS)
+def test_a_copy_of_a_buffer_stays_in_its_memory(client: pjrt_py.Client, kind: str) -> None:
+    # copy.copy of a pinned_host buffer was made in device memory (a
+    # helper's fuzz); a jax.Array's copy keeps its memory kind.
+    import copy  # noqa: PLC0415
+
+    needs_memory_kinds(client, kind)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buf = client.buffer(x, memory=kind)
+    for copier in (copy.copy, copy.deepcopy):
+        twin = copier(buf)
+        assert twin is not buf and twin.memory.kind == kind and twin.device == buf.device
+        buf_was = buf.to_numpy()
+        twin.delete()
+        np.testing.assert_array_equal(buf_was, x)
+        np.testing.assert_array_equal(buf.to_numpy(), x)
+
+
 @pytest.mark.parametrize("form", ["execute", "execute_async", "execute_sharded"])
 @pytest.mark.parametrize("kind", ["pinned_host", "unpinned_host"])
 def test_an_argument_in_another_memory_is_refused_before_dispatch(
