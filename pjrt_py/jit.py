@@ -34,8 +34,8 @@ if TYPE_CHECKING:
 def jit(
     fn: Callable[..., Any] | None = None,
     *,
-    static_argnums: int | Sequence[int] = (),
-    static_argnames: str | Sequence[str] = (),
+    static_argnums: int | Sequence[int] | None = None,
+    static_argnames: str | Sequence[str] | None = None,
     client: Client | None = None,
     out: str | Callable[[Buffer], Any] = "buffer",
     donate_argnums: int | Sequence[int] = (),
@@ -54,7 +54,9 @@ def jit(
         decorator, with or without arguments.
     static_argnums, static_argnames : int/str or sequences of them
         Arguments whose values are part of the compiled program (they must be
-        hashable); each distinct value compiles once.
+        hashable); each distinct value compiles once. As in ``jax.jit``, the
+        one not given is inferred from the other (a static position's name
+        is static too, and back); both given are taken as they are.
     client : Client, optional
         Where to compile and run; ``pjrt_py.default_client()`` if None.
     out : str or callable, optional

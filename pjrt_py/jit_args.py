@@ -4,9 +4,10 @@ call, each leaf's shape and dtype, and how outputs are handed back."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import ml_dtypes
 import numpy as np
 
 from .interop import jax_types
@@ -131,6 +132,30 @@ def leaf_specs(
                 x = x.astype(dtype)
             leaves[i] = x
             specs.append((x.shape, x.dtype))
+        elif t.__name__ == "ShapeDtypeStruct" and t.__module__.startswith("jax"):
+            # Before the checks below, which would read it as an array: a
+            # key's or an int4's struct was refused, or lowered as object.
+            if not abstract_ok:
+                raise TypeError(
+                    f"leaf {i} is a jax.ShapeDtypeStruct: it describes an argument for "
+                    "lower(), a call needs its data"
+                )
+            shape = tuple(x.shape)
+            if jax_types.is_key_dtype(x.dtype):  # as a key array's spec (below)
+                specs.append((shape, x.dtype))
+                continue
+            dtype = jax_types.canonical(np.dtype(x.dtype))
+            specs.append((shape, dtype, True) if x.weak_type else (shape, dtype))
+        elif jax_types.is_tracer(x):
+            raise TypeError(
+                f"pjrt_py.jit argument {i} is a jax tracer: a pjrt_py.jit function runs on "
+                "pjrt_py's client and cannot be transformed by jax (grad, vmap, jax.jit); "
+                "apply the transformation inside it, e.g. pjrt_py.jit(jax.grad(f))"
+            )
+        elif isinstance(x, _SCALARS):  # IntEnum, a float subclass: its base type's weak scalar
+            base: Any = next(b for b in _SCALARS if isinstance(x, b))
+            leaves[i] = base(x)
+            specs.append(base)
         elif jax_types.without_dlpack(x):  # int4 & co: no DLPack code, so a copy
             leaves[i] = x = np.asarray(x)
             specs.append((x.shape, x.dtype))
@@ -146,15 +171,6 @@ def leaf_specs(
             else:
                 leaves[i] = foreign
             specs.append((foreign.shape, dtype, True) if weak else (foreign.shape, dtype))
-        elif t.__name__ == "ShapeDtypeStruct" and t.__module__.startswith("jax"):
-            if not abstract_ok:
-                raise TypeError(
-                    f"leaf {i} is a jax.ShapeDtypeStruct: it describes an argument for "
-                    "lower(), a call needs its data"
-                )
-            dtype = jax_types.canonical(np.dtype(x.dtype))
-            shape = tuple(x.shape)
-            specs.append((shape, dtype, True) if x.weak_type else (shape, dtype))
         else:
             raise TypeError(
                 f"pjrt_py.jit argument of type {t.__name__}: expected pjrt_py "
@@ -189,3 +205,28 @@ def _meta(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
     if isinstance(x, Buffer):
         return x._metadata()
     return x.shape, x.dtype
+
+
+def _inexact(dtype: Any) -> bool:
+    """Whether ``dtype`` holds floating or complex values (ml_dtypes' too)."""
+    if np.dtype(dtype).kind in "fc":
+        return True
+    try:
+        ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def check_finite(name: str, outputs: Sequence[Any], nans: bool, infs: bool) -> None:
+    """``FloatingPointError`` for a NaN (``jax_debug_nans``) or an inf
+    (``jax_debug_infs``) in a floating output Buffer, as jax.jit raises it
+    (waiting for the outputs, as jax does with these set)."""
+    for b in outputs:
+        if not isinstance(b, Buffer) or not _inexact(b.dtype):
+            continue
+        values = b.to_numpy()
+        if nans and np.isnan(values).any():
+            raise FloatingPointError(f"invalid value (nan) encountered in pjrt_py.jit({name})")
+        if infs and np.isinf(values).any():
+            raise FloatingPointError(f"invalid value (inf) encountered in pjrt_py.jit({name})")

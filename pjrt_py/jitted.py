@@ -18,7 +18,14 @@ from .callbacks import jax_callbacks as _jax_callbacks
 from .defaults import default_client
 from .interop import jax_types as _jax_types
 from .interop.frameworks import to_jax
-from .jit_args import _SCALARS, _absolute_argnums, _Call, committed_device, leaf_specs
+from .jit_args import (
+    _SCALARS,
+    _absolute_argnums,
+    _Call,
+    check_finite,
+    committed_device,
+    leaf_specs,
+)
 from .lowered import Lowered
 from .programs.executable import Executable
 from .runtime.buffer import Buffer
@@ -85,8 +92,8 @@ class Jitted:
     def __init__(
         self,
         fn: Callable[..., Any],
-        static_argnums: int | Sequence[int],
-        static_argnames: str | Sequence[str],
+        static_argnums: int | Sequence[int] | None,
+        static_argnames: str | Sequence[str] | None,
         client: Client | None,
         convert: Callable[[Buffer], Any] | None = None,
         donate: dict[str, Any] | None = None,
@@ -95,18 +102,28 @@ class Jitted:
             raise TypeError(f"jit expects a callable, got {type(fn).__name__}")
         _jax()  # jax is needed from the first call on; say so now if it is missing
         self.fn = fn
-        nums = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
-        names = (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+        given = (static_argnums is not None, static_argnames is not None)
+        if isinstance(static_argnums, int):
+            static_argnums = (static_argnums,)
+        if isinstance(static_argnames, str):
+            static_argnames = (static_argnames,)
+        nums, names = tuple(static_argnums or ()), tuple(static_argnames or ())
         self._params: list[inspect.Parameter] = []
         with contextlib.suppress(TypeError, ValueError):
             self._params = list(inspect.signature(fn).parameters.values())
-        # Like jax.jit: a static name also makes its position static, and back.
         positional = [
             p.name for p in self._params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
         nums = _absolute_argnums(nums, self._params, len(positional))
-        nums += tuple(positional.index(n) for n in names if n in positional)
-        names += tuple(positional[i] for i in nums if 0 <= i < len(positional))
+        # Like jax.jit: the one of the two not given is inferred from the
+        # other, through the parameters that can be passed either way; both
+        # given are taken as they are (so a position can stay dynamic when
+        # passed by keyword, and a name when passed by position).
+        either = [p.kind == p.POSITIONAL_OR_KEYWORD for p in self._params[: len(positional)]]
+        if given == (True, False):
+            names = tuple(positional[i] for i in nums if 0 <= i < len(either) and either[i])
+        elif given == (False, True):
+            nums = tuple(i for i, n in enumerate(positional) if either[i] and n in names)
         self.static_argnums = tuple(sorted(set(nums)))
         self.static_argnames = tuple(sorted(set(names)))
         self._client = client
@@ -282,7 +299,10 @@ class Jitted:
             If a static argument is not hashable, or an argument is of a type
             ``jit`` cannot take.
         """
-        return self._lower(self._flatten_call(args, kwargs, abstract_ok=True))
+        call = self._flatten_call(args, kwargs, abstract_ok=True)
+        lowered = self._lower(call)
+        lowered.device = committed_device(call.leaves, self.client)  # compile() runs there
+        return lowered
 
     # -- calls --------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -316,6 +336,9 @@ class Jitted:
     def _outputs(self, entry: _Entry, buffers: Sequence[Any]) -> Any:
         """The call's result: ``buffers`` converted (``out=``) in ``fn``'s structure."""
         _, out_tree, single, weak, keys = entry
+        nans, infs = _jax_types.debug_flags()
+        if nans or infs:  # as jax.jit: the call waits, and raises on what is found
+            check_finite(getattr(self.fn, "__name__", "fn"), buffers, nans, infs)
         if self._convert is not None:
             convert = self._convert
             if keys:  # a key's data stays a Buffer until it is wrapped below

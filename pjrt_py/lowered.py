@@ -63,6 +63,7 @@ class Lowered:
         self.arg_names = names
         self.weak_outputs: tuple[bool, ...] = ()  # outputs jax returns weakly typed
         self.key_outputs: tuple[Any, ...] = ()  # each output's PRNG key dtype, or None
+        self.device: Device | None = None  # where the lowering's Buffers were (jitted.lower)
 
     def as_text(self) -> str:
         """The StableHLO (MLIR text) handed to the compiler.
@@ -81,8 +82,9 @@ class Lowered:
         Parameters
         ----------
         device : Device, optional
-            The device it runs on; the client's default device if None
-            (``pjrt_py.jit`` passes its arguments' device).
+            The device it runs on. If None: the device of the Buffers it was
+            lowered for (as jax's AOT compiles for its arrays' device), else
+            the client's default device.
 
         Returns
         -------
@@ -96,7 +98,7 @@ class Lowered:
         PjrtError
             With the compiler's message, if the plugin refuses the program.
         """
-        exe = self._client.compile(self._text, device=device)
+        exe = self._client.compile(self._text, device=device if device is not None else self.device)
         signature = exe.input_signature
         if signature is not None and len(signature) == len(self.arg_names):
             named = zip(self.arg_names, signature, strict=True)

@@ -85,8 +85,8 @@ CASES: dict[str, tuple[str, str]] = {
     ),
     "arg-float-for-int": ("client.compile(INT).execute(2.5)", "TypeError"),
     "arg-float-for-bool": ("client.compile(BOOL).execute(0.5)", "TypeError"),
-    "arg-int-overflow": ("client.compile(INT).execute(1 << 40)", "ValueError"),
-    "arg-int-overflows-float": ("client.compile(F32).execute(1 << 200)", "ValueError"),
+    "arg-int-overflow": ("client.compile(INT).execute(1 << 40)", "ScalarOverflowError"),
+    "arg-int-overflows-float": ("client.compile(F32).execute(1 << 200)", "ScalarOverflowError"),
     "arg-unsupported-dtype": ("client.buffer(np.array(['a']))", "TypeError"),
     "arg-not-an-array": ("client.compile(INT).execute(object())", "TypeError"),
     "non-donatable-int": (

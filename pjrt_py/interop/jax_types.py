@@ -85,11 +85,48 @@ def weak_outputs(jax_lowered: Any) -> tuple[bool, ...]:
     return tuple(bool(getattr(a, "weak_type", False)) for a in avals)
 
 
+_debug_states: Any = None  # jax's debug_nans and debug_infs settings, bound once
+
+
+def debug_flags() -> tuple[bool, bool]:
+    """``jax_debug_nans`` and ``jax_debug_infs`` as set now (two reads of
+    jax's settings: a call of pjrt_py.jit pays them on every call)."""
+    global _debug_states
+    if _debug_states is None:
+        try:
+            from jax._src import config as _config
+
+            _debug_states = (_config.debug_nans, _config.debug_infs)
+        except (ImportError, AttributeError):  # a jax without them: never set
+            _debug_states = ()
+    if not _debug_states:
+        return False, False
+    return bool(_debug_states[0].value), bool(_debug_states[1].value)
+
+
+def is_tracer(x: Any) -> bool:
+    """Whether ``x`` is a jax tracer (an argument inside grad, vmap, jax.jit)."""
+    if not type(x).__module__.startswith("jax"):
+        return False
+    from jax._src import core
+
+    return isinstance(x, core.Tracer)
+
+
 def is_key(x: Any) -> bool:
     """Whether ``x`` is a jax array of typed PRNG keys (``jax.random.key``)."""
     dtype = getattr(x, "dtype", None)
     if dtype is None or isinstance(dtype, np.dtype) or not type(x).__module__.startswith("jax"):
         return False  # every array but jax's extended dtypes, at once
+    import jax
+
+    return bool(jax.numpy.issubdtype(dtype, jax.dtypes.prng_key))
+
+
+def is_key_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` is one of jax's typed PRNG key dtypes."""
+    if isinstance(dtype, np.dtype):
+        return False
     import jax
 
     return bool(jax.numpy.issubdtype(dtype, jax.dtypes.prng_key))

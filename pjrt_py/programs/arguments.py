@@ -17,7 +17,7 @@ import numpy as np
 
 from ..interop import foreign, jax_types
 from ..runtime.buffer import Buffer, refuse_masked
-from ..runtime.errors import PjrtError
+from ..runtime.errors import PjrtError, ScalarOverflowError
 from ..runtime.promise import BufferPromise
 from .signature import ArgSpec, mismatch_message
 
@@ -126,7 +126,7 @@ def weak_scalar(value: bool | int | float | complex, dtype: np.dtype[Any], index
         allowed = kind in "iufc"
         bounds = _int_range(dtype) if kind in "iu" else None
         if bounds is not None and not bounds[0] <= value <= bounds[1]:
-            raise ValueError(
+            raise ScalarOverflowError(
                 f"argument {index}: {value} does not fit the parameter's {dtype} "
                 f"(range [{bounds[0]}, {bounds[1]}])"
             )
@@ -152,7 +152,9 @@ def weak_scalar(value: bool | int | float | complex, dtype: np.dtype[Any], index
         except (OverflowError, TypeError):  # past float64 (ml_dtypes raises TypeError)
             fits, why = False, f"{dtype} cannot take it"
     if not fits:
-        raise ValueError(f"argument {index}: {value} does not fit the parameter's {dtype} ({why})")
+        raise ScalarOverflowError(
+            f"argument {index}: {value} does not fit the parameter's {dtype} ({why})"
+        )
     return converted
 
 

@@ -178,6 +178,13 @@ class SerializationError(ValueError):
     damaged, or were made by a different plugin build than this client's."""
 
 
+class ScalarOverflowError(OverflowError, ValueError):
+    """A Python number that does not fit the parameter it is passed for
+    (``2**40`` for an int32, ``2**200`` for a float32). An ``OverflowError``,
+    as numpy's ``np.int32(2**40)`` and jax's tracing raise, and a
+    ``ValueError``, as pjrt_py raised it first."""
+
+
 # PJRT error code -> exception class (read by the native core).
 BY_CODE: dict[int, type[PjrtError]] = {
     cls.code: cls
