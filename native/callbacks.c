@@ -50,7 +50,11 @@ static int promise_run_callbacks(PromiseObject* p, PyObject* callbacks, int inli
 }
 
 static void promise_fire(PromiseObject* p, int inline_) {
-  promise_harvest(p);
+  if (p->job == NULL) {
+    promise_harvest(p);
+  } else if (!p->done && staged_promise_poll(p) < 0) { /* a staged copy: the job's outcome */
+    PyErr_Clear(); /* (its events are none: harvesting said "done, no error" of failed work) */
+  }
   PyObject* callbacks = p->callbacks;
   p->callbacks = NULL;
   if (callbacks == NULL) return;

@@ -184,6 +184,9 @@ static int wait_event(const PJRT_Api* api, PJRT_Event* event, double timeout) {
     Py_END_ALLOW_THREADS
     if (ready) return 1;
   }
+  /* No time left (value(timeout=0) polling): no callback registered, which
+   * the plugin would keep until the event fires, one per poll. */
+  if (!forever && (double)(now_ns() - start) >= limit_ns) return event_is_ready(api, event);
   waiter* w = (waiter*)calloc(1, sizeof(*w));
   if (w == NULL) {
     PyErr_NoMemory();
@@ -240,14 +243,22 @@ static int parse_timeout(PyObject* arg, double* timeout) {
     *timeout = -1;
     return 0;
   }
-  if (PyBool_Check(arg) || !PyNumber_Check(arg)) {
+  if (PyBool_Check(arg) || PyArray_IsScalar(arg, Bool) || !PyNumber_Check(arg)) {
     PyObject* name = type_name(arg);
     PyErr_Format(PyExc_TypeError, "timeout must be a number of seconds or None, not %U", name);
     Py_DECREF(name);
     return -1;
   }
   double t = PyFloat_AsDouble(arg);
-  if (t == -1.0 && PyErr_Occurred()) return -1;
+  if (t == -1.0 && PyErr_Occurred()) { /* an int past any float: as inf, or negative */
+    if (!PyLong_Check(arg) || !PyErr_ExceptionMatches(PyExc_OverflowError)) return -1;
+    PyErr_Clear();
+    PyObject* zero = PyLong_FromLong(0);
+    int positive = zero != NULL ? PyObject_RichCompareBool(arg, zero, Py_GT) : -1;
+    Py_XDECREF(zero);
+    if (positive < 0) return -1;
+    t = positive ? INFINITY : -1.0;
+  }
   if (isnan(t) || t < 0) {
     PyErr_Format(PyExc_ValueError, "timeout must be >= 0 seconds (or None, or inf), not %R",
                  arg);

@@ -224,7 +224,7 @@ static int promise_forked(PromiseObject* p) {
 static int promise_check_failed(PromiseObject* p) {
   if (promise_forked(p) < 0) return -1;
   if (!p->failed) return 0;
-  PyErr_SetObject((PyObject*)Py_TYPE(p->error), p->error);
+  promise_raise_error(p->error);
   return -1;
 }
 
@@ -373,7 +373,7 @@ static PyObject* promise_value_impl(PromiseObject* p, double timeout) {
     promise_harvest(p);
   }
   if (p->error != NULL) {
-    PyErr_SetObject((PyObject*)Py_TYPE(p->error), p->error);
+    promise_raise_error(p->error);
     return NULL;
   }
   return promise_result(p);

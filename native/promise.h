@@ -51,6 +51,14 @@ static PyObject* promise_of_array(pjrt_py_client* c, PyObject* array, PyObject* 
                                   PJRT_Event* event);
 static PyObject* promise_of_completion(pjrt_py_client* c, PJRT_Event* event);
 
+/* Raises a promise's stored error afresh: every value() raises the same
+ * object, whose traceback grew by one entry per raise (a million polls of a
+ * failed promise kept a million frames). */
+static inline void promise_raise_error(PyObject* error) {
+  PyException_SetTraceback(error, Py_None);
+  PyErr_SetObject((PyObject*)Py_TYPE(error), error);
+}
+
 /* staging_d2h.c: a promise whose outcome is a staged copy's (p->job) */
 static int staged_promise_poll(PromiseObject* p);
 static int staged_promise_wait(PromiseObject* p, double timeout);

@@ -252,3 +252,64 @@ def test_waits_without_spinning_still_complete(heavy) -> None:  # type: ignore[n
         np.testing.assert_allclose(again.value(timeout=60), expected_heavy(), rtol=1e-4, atol=1e-6)
     finally:
         _core.set_spin_ns(before)
+
+
+@pytest.mark.needs_host_callbacks
+def test_a_failed_promise_raises_the_same_error_without_growing_it(
+    client: pjrt_py.Client,
+) -> None:
+    # Every value() raised the one stored exception object, whose traceback
+    # gained an entry per raise (a million polls: a million frames, 61 MB).
+    def fail(x: np.ndarray) -> np.ndarray:
+        raise ValueError("failed on purpose")
+
+    pjrt_py.register_callback("promise_fails", fail, client=client)
+    exe = client.compile(
+        "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "  %y = stablehlo.custom_call @promise_fails(%x) {api_version = 4 : i32}"
+        " : (tensor<4xf32>) -> tensor<4xf32>\n  return %y : tensor<4xf32>\n}"
+    )
+    promise = exe.execute_async(np.ones(4, np.float32))
+    depths = []
+    for _ in range(200):
+        try:
+            promise.value()
+        except pjrt_py.PjrtError as e:
+            tb, depth = e.__traceback__, 0
+            while tb is not None:
+                tb, depth = tb.tb_next, depth + 1
+            depths.append(depth)
+    assert len(depths) == 200 and max(depths) == depths[0] <= 3, depths[-5:]
+
+
+@pytest.mark.needs_host_callbacks
+def test_polling_with_a_zero_timeout_holds_nothing_per_poll(client: pjrt_py.Client) -> None:
+    # Each value(timeout=0) of pending work registered a wake-up with the
+    # plugin, kept until the work ended: about 170 bytes per poll.
+    release = threading.Event()
+
+    def hold(x: np.ndarray) -> np.ndarray:
+        release.wait(30)
+        return x
+
+    pjrt_py.register_callback("promise_holds", hold, client=client)
+    exe = client.compile(matmul_chain(128, 2, tail="promise_holds"))  # not run inline
+    x = np.full((128, 128), 0.01, np.float32)
+    pending = exe.execute_async(x)
+
+    def rss() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def poll(n: int) -> None:
+        for _ in range(n):
+            with pytest.raises(TimeoutError):
+                pending.value(timeout=0)
+
+    poll(20_000)  # warm
+    before = rss()
+    poll(200_000)  # was about 34 MB
+    grown = rss() - before
+    release.set()
+    assert pending.value(timeout=60).shape == (128, 128)
+    assert grown < 8 << 20, f"{grown / 2**20:.1f} MiB for 200,000 polls"

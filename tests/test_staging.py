@@ -371,6 +371,45 @@ def test_a_failed_source_fails_the_staged_copy(staged: pjrt_py.Client) -> None:
     assert counts(staged)[1] >= d2h + 1
 
 
+@pytest.mark.needs_host_callbacks
+@pytest.mark.parametrize("watch", ["done-callback", "await"])
+def test_a_failed_source_fails_a_watched_staged_copy(staged: pjrt_py.Client, watch: str) -> None:
+    # A done callback (await adds one) on the staged read of pending work that
+    # then failed made the promise "done, no error": value() returned the
+    # never-written array, and the failed source Buffer was marked ready.
+    release = threading.Event()
+
+    def boom(x: np.ndarray) -> np.ndarray:
+        release.wait(10)
+        raise ValueError("no data for you")
+
+    pjrt_py.register_callback("staging_boom_watched", boom, client=staged)
+    exe = staged.compile(matmul_chain(256, 8, tail="staging_boom_watched"))
+    source = exe.execute_async(np.ones((256, 256), np.float32))
+    read = source.to_numpy_async()
+    seen: list[Any] = []
+    called = threading.Event()
+    if watch == "done-callback":
+        read.add_done_callback(lambda p: (seen.append(p.exception()), called.set()))
+        release.set()
+        with pytest.raises(pjrt_py.PjrtError, match="no data for you"):
+            read.value()
+    else:
+
+        async def main() -> None:
+            release.set()
+            await read
+
+        with pytest.raises(pjrt_py.PjrtError, match="no data for you"):
+            asyncio.run(main())
+    assert read.exception() is not None
+    with pytest.raises(pjrt_py.PjrtError, match="no data for you"):
+        source.buffer().block_until_ready()  # the source is not taken for ready
+    if watch == "done-callback":
+        assert called.wait(10) and len(seen) == 1 and seen[0] is not None
+    assert idle(staged)
+
+
 def test_ctrl_c_stops_a_staged_upload(client: pjrt_py.Client) -> None:
     """KeyboardInterrupt raises out of a long staged buffer(); the client stays good."""
     c = pjrt_py.Client(client.plugin)
