@@ -18,14 +18,11 @@ static PyObject* g_lazy_bit_names[2];  /* "is_neg", "is_conj" */
 static PyObject* g_lazy_type;          /* the last type asked about (a strong reference) */
 static int g_lazy_type_torch;          /* whether it is one of torch's */
 
-/* set_dlpack_codes([(PJRT type, DLPack code, bits), ...]), once (at import):
- * a remapped code had a producer of smaller elements viewed as larger ones. */
+/* set_dlpack_codes([(PJRT type, DLPack code, bits), ...]), at import: once set,
+ * not changed (a remapped code had a producer of smaller elements viewed as
+ * larger ones); the same rows again (pjrt_py imported anew) are fine. */
 static PyObject* core_set_dlpack_codes(PyObject* self, PyObject* rows) {
   (void)self;
-  if (g_dlpack_name != NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "set_dlpack_codes: the table is set once, at import");
-    return NULL;
-  }
   PyObject* seq = PySequence_Tuple(rows);
   if (seq == NULL) return NULL;
   for (Py_ssize_t i = 0; i < PyTuple_Size(seq); ++i) {
@@ -33,6 +30,10 @@ static PyObject* core_set_dlpack_codes(PyObject* self, PyObject* rows) {
     if (!PyArg_ParseTuple(PyTuple_GetItem(seq, i), "iii", &type, &code, &bits)) break;
     if (type < 0 || type >= PJRT_PY_MAX_TYPES) {
       PyErr_SetString(PyExc_ValueError, "set_dlpack_codes: bad PJRT type");
+      break;
+    }
+    if (g_dlpack_name != NULL && g_dl_code[type] != ((code << 8) | bits)) {
+      PyErr_SetString(PyExc_RuntimeError, "set_dlpack_codes: the table set at import cannot change");
       break;
     }
     g_dl_code[type] = (code << 8) | bits;

@@ -219,17 +219,19 @@ static PyObject* core_host_callback_setup(PyObject* self, PyObject* args) {
   if (!PyArg_ParseTuple(args, "O!O!O:host_callback_setup", &PyDict_Type, &dtypes, &PyDict_Type,
                         &routes, &format_error))
     return NULL;
-  if (g_hc_routes != NULL) { /* once, at import: the dtypes size XLA's buffers */
-    PyErr_SetString(PyExc_RuntimeError, "host_callback_setup: set once, at import");
-    return NULL;
-  }
-  PyObject *key, *value;
+  PyObject *key, *value; /* the dtypes, which size XLA's buffers, do not change once set */
   Py_ssize_t pos = 0;
   while (PyDict_Next(dtypes, &pos, &key, &value)) {
     long code = PyLong_AsLong(key);
     if (code <= 0 || code >= HC_MAX_TYPE || !dtype_is_plain(value)) {
       PyErr_Clear();
       PyErr_SetString(PyExc_ValueError, "host_callback_setup: bad dtype entry");
+      return NULL;
+    }
+    if (g_hc_routes != NULL && (g_hc_dtype[code] == NULL ||
+                                !PyArray_EquivTypes((PyArray_Descr*)g_hc_dtype[code],
+                                                    (PyArray_Descr*)value))) {
+      PyErr_SetString(PyExc_RuntimeError, "host_callback_setup: the dtypes set cannot change");
       return NULL;
     }
     Py_INCREF(value);

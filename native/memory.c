@@ -150,11 +150,13 @@ static PyObject* buffer_copy_to_device(BufferObject* b, PyObject* device) {
  * memory where no program can make it, gets the copy to the device. */
 static PyObject* buffer_copy(BufferObject* b, PyObject* unused) {
   (void)unused;
+  if (buffer_live(b) < 0) return NULL; /* deleted or donated: b->c is gone */
   PyObject* promise = NULL;
   if (PJRT_PY_HAS(b->c->api, PJRT_Buffer_CopyToMemory)) {
     PyObject* memory = buffer_get_memory(b, NULL);
     promise = memory != NULL ? buffer_copy_to_memory_async(b, memory) : NULL;
     Py_XDECREF(memory);
+    if (promise == NULL && PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) return NULL;
     if (promise == NULL) PyErr_Clear();
   }
   if (promise == NULL) {

@@ -22,16 +22,13 @@ static int dtype_is_plain(PyObject* dtype) {
   return PyArray_DescrCheck(dtype) && !PyDataType_REFCHK((PyArray_Descr*)dtype);
 }
 
-/* set_dtypes([(np.dtype, PJRT type), ...]), once (pjrt_py.runtime.dtypes, at
- * import): every size the core reads by follows from it, so it is not
- * replaced later (a float32 remapped to F64 read twice an array's bytes). */
+/* set_dtypes([(np.dtype, PJRT type), ...]), at import (pjrt_py.runtime.dtypes):
+ * every size the core reads by follows from it, so once set it is not
+ * changed (a float32 remapped to F64 read twice an array's bytes); the same
+ * pairs again (pjrt_py imported anew) are fine. */
 static PyObject* core_set_dtypes(PyObject* self, PyObject* pairs) {
   (void)self;
   static int set = 0;
-  if (set) {
-    PyErr_SetString(PyExc_RuntimeError, "set_dtypes: the table is set once, at import");
-    return NULL;
-  }
   PyObject* seq = PySequence_Tuple(pairs);
   if (seq == NULL) return NULL;
   for (Py_ssize_t i = 0; i < PyTuple_Size(seq); ++i) {
@@ -42,6 +39,14 @@ static PyObject* core_set_dtypes(PyObject* self, PyObject* pairs) {
     if (code < 0 || code >= PJRT_PY_MAX_TYPES || !dtype_is_plain(dtype)) {
       PyErr_SetString(PyExc_ValueError, "set_dtypes: bad pair");
       break;
+    }
+    if (set) {
+      PyArray_Descr* had = (PyArray_Descr*)g_dtype_of[code];
+      if (had == NULL || !PyArray_EquivTypes(had, (PyArray_Descr*)dtype)) {
+        PyErr_SetString(PyExc_RuntimeError, "set_dtypes: the table set at import cannot change");
+        break;
+      }
+      continue;
     }
     Py_INCREF(dtype);
     PJRT_PY_SETREF(g_dtype_of[code], dtype);

@@ -313,8 +313,8 @@ static PyObject* core_exit_sequence(PyObject* self, PyObject* arg) {
   (void)self;
   double timeout = PyFloat_AsDouble(arg);
   if (timeout == -1.0 && PyErr_Occurred()) return NULL;
-  if (!(timeout >= 0 && timeout < 1e9)) { /* NaN or forever: the waits below never end */
-    PyErr_SetString(PyExc_ValueError, "exit_sequence: timeout must be finite seconds >= 0");
+  if (!(timeout >= 0)) { /* NaN: no deadline ever passes; inf waits as long as it takes */
+    PyErr_SetString(PyExc_ValueError, "exit_sequence: timeout must be seconds >= 0");
     return NULL;
   }
   if (callback_on_pjrt_thread() != NULL) { /* it would wait for its own callback */

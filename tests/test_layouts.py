@@ -144,6 +144,17 @@ def test_empty_results_in_two_orders_are_refused_where_the_compiler_dies() -> No
     check_for_plugin(one_order, EMPTY_RESULTS_FROM, "cpu")
     filled = EMPTY_TWO_ORDERS.replace("0x3", "2x3")
     check_for_plugin(filled, EMPTY_RESULTS_FROM, "cpu")
+    # Measured to compile on 0.106 and 0.115: two dtypes, and "auto" beside "{0,1}".
+    two_dtypes = EMPTY_TWO_ORDERS.replace("%y: tensor<0x3xf32>", "%y: tensor<0x3xi32>")
+    two_dtypes = two_dtypes.replace(", tensor<0x3xf32>) {", ", tensor<0x3xi32>) {")
+    two_dtypes = two_dtypes.replace(
+        ": tensor<0x3xf32>, tensor<0x3xf32>", ": tensor<0x3xf32>, tensor<0x3xi32>"
+    )
+    check_for_plugin(two_dtypes, EMPTY_RESULTS_FROM, "cpu")
+    auto = 'tensor<0x3xf32> {mhlo.layout_mode = "auto"}) {'
+    check_for_plugin(
+        EMPTY_TWO_ORDERS.replace("tensor<0x3xf32>) {", auto), EMPTY_RESULTS_FROM, "cpu"
+    )
     # On the plugin under test: refused, or compiled, or (isolated) a crash
     # reported; never the process killed (SIGFPE on 0.106 and 0.115).
     result = run_python(

@@ -32,20 +32,20 @@ exe.execute(np.ones(4, np.float32)).to_numpy()
 """
 
 CASES = {
-    # The tables pjrt_py sets at import are set once: a float32 remapped to
+    # The tables pjrt_py sets at import do not change: a float32 remapped to
     # F64 read twice an array's bytes, to float16 viewed a producer's memory
     # as twice its size, and an object dtype read float bits as pointers.
     "set_dtypes-again": (
         "_core.set_dtypes([(np.dtype(np.float64), 11), (np.dtype(np.float32), 12)])",
-        "RuntimeError: set_dtypes: the table is set once",
+        "RuntimeError: set_dtypes: the table set at import cannot change",
     ),
     "set_dlpack_codes-again": (
         "_core.set_dlpack_codes([(11, 2, 16)])",
-        "RuntimeError: set_dlpack_codes: the table is set once",
+        "RuntimeError: set_dlpack_codes: the table set at import cannot change",
     ),
     "host_callback_setup-again": (
-        "_core.host_callback_setup({11: np.dtype(object)}, {}, lambda n, e: 'x')",
-        "RuntimeError: host_callback_setup: set once",
+        "_core.host_callback_setup({11: np.dtype(np.float64)}, {}, lambda n, e: 'x')",
+        "RuntimeError: host_callback_setup: the dtypes set cannot change",
     ),
     # Metadata is an exact (tuple of ints, plain dtype) pair; an object that
     # hashed and compared like one was interned and then read as one.
@@ -98,9 +98,13 @@ CASES = {
         "_core.staging_configure(c, 2, 1, 2**60 + 4096, 16, 1.0)",
         "ValueError: staging_configure: settings out of range",
     ),
-    "exit_sequence-forever": (
-        "_core.exit_sequence(float('inf'))",
-        "ValueError: exit_sequence: timeout must be finite",
+    "exit_sequence-nan": (
+        "_core.exit_sequence(float('nan'))",
+        "ValueError: exit_sequence: timeout must be seconds >= 0",
+    ),
+    "host_callback_setup-object-dtype": (
+        "_core.host_callback_setup({11: np.dtype(object)}, {}, lambda n, e: 'x')",
+        "ValueError: host_callback_setup: bad dtype entry",
     ),
     # From a callback it waited for its own callback to end: forever.
     "exit_sequence-in-a-callback": (
@@ -133,3 +137,48 @@ def test_a_private_entry_point_refuses_what_it_would_misread(case: str) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert says in result.stdout, result.stdout
     assert "still works" in result.stdout
+
+
+def test_the_tables_set_at_import_take_the_same_table_again() -> None:
+    # pjrt_py imported anew (its modules dropped from sys.modules, or one
+    # reloaded) sets the same tables again: that must work, as it did.
+    result = run_python(
+        """
+        import importlib, sys
+        import numpy as np
+        import pjrt_py
+        for name in [m for m in sys.modules if m == "pjrt_py" or m.startswith("pjrt_py.")]:
+            if name != "pjrt_py._core":
+                del sys.modules[name]
+        import pjrt_py
+        from pjrt_py.runtime import dtypes
+        from pjrt_py.interop import dlpack
+        from pjrt_py.callbacks import host_callback
+        for module in (dtypes, dlpack, host_callback):
+            importlib.reload(module)
+        from pjrt_py import _core
+        try:
+            _core.set_dtypes([(np.dtype(np.float64), 11)])  # a change is still refused
+        except RuntimeError as e:
+            print("refused:", e)
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refused: set_dtypes: the table set at import cannot change" in result.stdout
+    assert "ok" in result.stdout
+
+
+def test_an_exit_timeout_of_inf_still_waits_for_running_work() -> None:
+    # exit_sequence refused inf for a while, and the atexit hook then skipped
+    # the exit's wait entirely.
+    result = run_python(
+        """
+        import os
+        os.environ["PJRT_PY_EXIT_TIMEOUT"] = "inf"
+        from pjrt_py import _core
+        print("left", _core.exit_sequence(float("inf")))
+        """
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "left 0" in result.stdout

@@ -1199,6 +1199,8 @@ def test_copying_a_buffer_makes_a_new_buffer_on_the_same_device(copier: object) 
     b.delete()
     assert not dup.is_deleted
     np.testing.assert_array_equal(dup.to_numpy(), x)
+    with pytest.raises(ValueError, match="deleted"):  # was a segfault for a while
+        copier(b)  # type: ignore[operator]
     client.close()
 
 

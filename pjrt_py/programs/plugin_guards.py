@@ -23,9 +23,11 @@ isolate=True)`` runs the compiler in a helper process, where the abort is a
   SIGFPE in their tiled-fusion emitter compiling a program with two
   zero-element results of one shape, one of them in another explicit order
   (``-> (tensor<0x3xf32> {mhlo.layout_mode = "{0,1}"}, tensor<0x3xf32>)``);
-  each alone, or in one order, compiles (a helper's fuzz, then measured).
+  each alone, in one order, of two dtypes, or "auto" beside "{0,1}",
+  compiles (a helper's fuzz, then measured).
   xla-cpu-pjrt (0.81) compiles it. Refused on the CPU builds from 0.106
-  whenever zero-element results of one shape ask for different orders.
+  whenever zero-element results of one shape and dtype ask for different
+  explicit orders.
 """
 
 from __future__ import annotations
@@ -73,15 +75,18 @@ def _order(spec: ArgSpec) -> tuple[int, ...] | None:
 
 
 def _check_empty_results(text: str, api_version: Sequence[int]) -> None:
-    orders: dict[tuple[int | None, ...], set[object]] = {}
+    """Zero-element results of one shape and dtype in two explicit orders
+    (the default counts as row-major; "auto", the compiler's choice, as none)."""
+    orders: dict[tuple[tuple[int | None, ...], object], set[object]] = {}
     for what, spec in _declared(text):
         if not what.startswith("result") or spec.shape is None or 0 not in spec.shape:
             continue
+        if spec.layout == "auto":  # measured: compiles next to "{0,1}"
+            continue
         row_major = tuple(range(len(spec.shape) - 1, -1, -1))
-        explicit = not (spec.default_layout or spec.layout == "auto")
-        order = _order(spec) if explicit else row_major
-        orders.setdefault(spec.shape, set()).add(order or spec.layout)
-    for shape, seen in orders.items():
+        order = row_major if spec.default_layout else _order(spec)
+        orders.setdefault((spec.shape, spec.dtype), set()).add(order or spec.layout)
+    for (shape, _), seen in orders.items():
         if len(seen) > 1:
             raise ValueError(
                 f"two empty results of shape {list(shape)} ask for different layouts: PJRT "
