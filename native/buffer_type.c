@@ -333,11 +333,19 @@ static PyMethodDef buffer_methods[] = {
     {"_pjrt_deleted", (PyCFunction)buffer_pjrt_deleted, METH_NOARGS, NULL},
     {"_retire_donated", (PyCFunction)buffer_retire_donated, METH_NOARGS, NULL},
     {"__complex__", (PyCFunction)buffer_complex, METH_NOARGS, NULL},
+    {"__format__", (PyCFunction)buffer_format, METH_O, NULL},
     {"__copy__", (PyCFunction)buffer_copy, METH_NOARGS, NULL},
     {"__deepcopy__", (PyCFunction)buffer_deepcopy, METH_O, NULL},
     {"__reduce__", (PyCFunction)buffer_reduce, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
+
+static PyObject* buffer_get_itemsize(BufferObject* b, void* unused) {
+  (void)unused;
+  PyObject* meta = buffer_meta(b);
+  if (meta == NULL) return NULL;
+  return PyLong_FromSsize_t((Py_ssize_t)PyDataType_ELSIZE((PyArray_Descr*)PyTuple_GetItem(meta, 1)));
+}
 
 static PyGetSetDef buffer_getset[] = {
     {"shape", (getter)buffer_get_shape, NULL, "The shape, a tuple of ints.", NULL},
@@ -345,6 +353,8 @@ static PyGetSetDef buffer_getset[] = {
     {"ndim", (getter)buffer_get_ndim, NULL, "The number of dimensions.", NULL},
     {"size", (getter)buffer_get_size, NULL, "The number of elements.", NULL},
     {"nbytes", (getter)buffer_get_nbytes, NULL, "The size of the data in bytes (dense).", NULL},
+    {"itemsize", (getter)buffer_get_itemsize, NULL, "The size of one element in bytes (numpy's).",
+     NULL},
     {"device", (getter)buffer_get_device, NULL, "The Device holding the data.", NULL},
     {"client", (getter)buffer_get_client, NULL, "The Client that owns the buffer.", NULL},
     {"is_deleted", (getter)buffer_get_is_deleted, NULL, "Deleted, or donated to an execution.",

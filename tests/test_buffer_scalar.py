@@ -67,3 +67,38 @@ def test_a_dead_buffer_refuses(client: pjrt_py.Client) -> None:
     for convert in CONVERSIONS:
         with pytest.raises(ValueError, match="deleted"):
             convert(buf)
+
+
+def test_format_and_itemsize_are_numpys(client: pjrt_py.Client) -> None:
+    x = np.float32(1.23456)
+    b = client.buffer(x)
+    assert f"{b:.2f}" == f"{np.asarray(x):.2f}" == "1.23"
+    assert format(b) == str(b)
+    with pytest.raises(TypeError, match="unsupported format string"):
+        format(client.buffer(np.arange(3.0)), ".2f")  # as numpy's n-d arrays
+    for dtype in (np.bool_, np.int8, np.float32, np.complex128):
+        assert client.buffer(np.zeros(3, dtype)).itemsize == np.dtype(dtype).itemsize
+
+
+def test_a_large_buffer_is_refused_as_a_scalar_without_reading_it(
+    client: pjrt_py.Client,
+) -> None:
+    # numpy decides from an uninitialised array of its shape: the buffer's
+    # value is read only where it has one element (it was copied first).
+    big = client.buffer(np.zeros(1 << 22, np.float32))
+    for convert, error in ((bool, ValueError), (float, TypeError), (int, TypeError)):
+        with pytest.raises(error) as ours:
+            convert(big)
+        with pytest.raises(error) as theirs:
+            convert(np.zeros(1 << 22, np.float32))
+        assert str(ours.value) == str(theirs.value)
+    big.delete()
+    with pytest.raises(ValueError, match="deleted"):
+        bool(big)
+
+
+def test_a_python_int_past_64_bits_says_so(client: pjrt_py.Client) -> None:
+    # numpy turns it into an object array, which read "dtype object is not supported"
+    with pytest.raises(OverflowError, match="does not fit int64 or uint64"):
+        client.buffer(2**64)
+    assert client.buffer(2**63).dtype == np.uint64  # numpy's choice, kept

@@ -219,3 +219,15 @@ def test_a_promise_is_a_dlpack_producer_without_a_host_wait(client: pjrt_py.Clie
     several = client.compile(TWO_OUTPUTS).execute_async(np.ones(4, np.float32))
     with pytest.raises(ValueError, match="holds 2 buffers"):
         several.__dlpack__()
+
+
+def test_a_dtype_with_metadata_is_not_every_later_buffers(client: pjrt_py.Client) -> None:
+    # Buffers share interned (shape, dtype) metadata, and numpy's dtype
+    # equality ignores metadata: the first such dtype became every later
+    # float32[7] buffer's, results and to_numpy() copies included.
+    tagged = np.dtype(np.float32, metadata={"unit": "m"})
+    client.buffer(np.zeros(7, tagged))
+    plain = client.buffer(np.zeros(7, np.float32))
+    assert plain.dtype.metadata is None
+    assert plain.to_numpy().dtype.metadata is None
+    assert client.buffer(np.zeros(2, np.uint64)).to_numpy().dtype.char == np.dtype(np.uint64).char

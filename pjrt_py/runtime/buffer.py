@@ -26,8 +26,8 @@ from .. import _core
 from .._core import Buffer
 from .capi import lib
 from .device import resolve
-from .dtypes import PACKED, pjrt_type
-from .errors import UnsupportedError
+from .dtypes import FROM_PJRT, PACKED, pjrt_type
+from .errors import ScalarOverflowError, UnsupportedError
 from .promise import BufferPromise
 
 if TYPE_CHECKING:
@@ -120,6 +120,9 @@ def host_to_device(
     refuse_masked(value)
     array = np.asarray(value)
     dtype = array.dtype
+    if dtype.kind == "O" and isinstance(value, int) and not isinstance(value, bool):
+        # numpy made an object array of it ("dtype object is not supported")
+        raise ScalarOverflowError(f"{value} does not fit int64 or uint64")
     code = pjrt_type(dtype)
     if array.ndim > MAX_RANK:
         raise ValueError(f"arrays of rank {array.ndim} are not supported (max {MAX_RANK})")
@@ -143,7 +146,10 @@ def host_to_device(
             array = np.ascontiguousarray(array)
     target = client._target(device)
     place = None if memory is None else resolve(target, memory)
-    meta = intern_meta((array.shape, dtype))
+    # The table's dtype, not the caller's: interned metadata is shared by
+    # every buffer of its shape and type, and a dtype carrying numpy
+    # metadata (or uint64 spelled "L") became every later buffer's.
+    meta = intern_meta((array.shape, FROM_PJRT[code]))
     # The native core keeps `array` referenced until PJRT is done with it:
     # at once for a copy, when the buffer is freed for an alias.
     buf = client._from_host(
