@@ -157,10 +157,15 @@ static PyObject* raise_pjrt(const PJRT_Api* api, PJRT_Error* error) {
 static const PJRT_Api* g_known_apis[KNOWN_APIS];
 static int g_known_api_count;
 
+static bool api_known(const void* api) {
+  for (int i = 0; i < g_known_api_count; i++)
+    if (g_known_apis[i] == api) return true;
+  return false;
+}
+
 /* 0 when the table is full (the GIL is held). */
 static int api_remember(const PJRT_Api* api) {
-  for (int i = 0; i < g_known_api_count; i++)
-    if (g_known_apis[i] == api) return 1;
+  if (api_known(api)) return 1;
   if (g_known_api_count == KNOWN_APIS) return 0;
   g_known_apis[g_known_api_count++] = api;
   return 1;
@@ -172,8 +177,7 @@ static const PJRT_Api* address_of_api(PyObject* address) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "NULL PJRT_Api");
     return NULL;
   }
-  for (int i = 0; i < g_known_api_count; i++)
-    if (g_known_apis[i] == p) return (const PJRT_Api*)p;
+  if (api_known(p)) return (const PJRT_Api*)p;
   PyErr_SetString(PyExc_ValueError, "not the address of a PJRT_Api that load_plugin returned");
   return NULL;
 }

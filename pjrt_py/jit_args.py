@@ -7,7 +7,6 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-import ml_dtypes
 import numpy as np
 
 from .interop import jax_types
@@ -17,6 +16,7 @@ from .interop.frameworks import to_jax, to_torch
 from .programs.arguments import check_memory, own_buffer
 from .programs.device_programs import convert_on_device
 from .runtime.buffer import Buffer, refuse_masked
+from .runtime.dtypes import is_floating
 from .runtime.promise import BufferPromise
 
 _SCALARS = (bool, int, float, complex)
@@ -207,23 +207,12 @@ def _meta(x: Any) -> tuple[tuple[int, ...], np.dtype[Any]]:
     return x.shape, x.dtype
 
 
-def _inexact(dtype: Any) -> bool:
-    """Whether ``dtype`` holds floating or complex values (ml_dtypes' too)."""
-    if np.dtype(dtype).kind in "fc":
-        return True
-    try:
-        ml_dtypes.finfo(dtype)  # type: ignore[no-untyped-call]
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 def check_finite(name: str, outputs: Sequence[Any], nans: bool, infs: bool) -> None:
     """``FloatingPointError`` for a NaN (``jax_debug_nans``) or an inf
     (``jax_debug_infs``) in a floating output Buffer, as jax.jit raises it
     (waiting for the outputs, as jax does with these set)."""
     for b in outputs:
-        if not isinstance(b, Buffer) or not _inexact(b.dtype):
+        if not isinstance(b, Buffer) or not (b.dtype.kind == "c" or is_floating(b.dtype)):
             continue
         values = b.to_numpy()
         if nans and np.isnan(values).any():

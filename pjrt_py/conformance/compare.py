@@ -23,6 +23,8 @@ import ml_dtypes
 import numpy as np
 import numpy.typing as npt
 
+from ..runtime.dtypes import is_floating
+
 ALMOST_EQ_TOLERANCE: dict[str, float] = {
     "float64": 1e-4,
     "float32": 1e-4,
@@ -61,12 +63,6 @@ class Mismatch:
             "first": self.first,
             "max_ulp": self.max_ulp,
         }
-
-
-def _is_float(dtype: np.dtype[Any]) -> bool:
-    """numpy's floats and ml_dtypes' (bfloat16, the float8s, float4_e2m1fn:
-    numpy gives most of these kind ``V``)."""
-    return dtype.kind == "f" or dtype.name.startswith(("float", "bfloat"))
 
 
 def _tolerance(dtype: np.dtype[Any]) -> float:
@@ -121,7 +117,7 @@ def ulp_distance(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> npt.NDArray[n
 def _equal(got: npt.NDArray[Any], want: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
     same: npt.NDArray[np.bool_] = np.ones(got.shape, bool)
     for g, w in zip(_parts(got), _parts(want), strict=True):
-        if _is_float(g.dtype):
+        if is_floating(g.dtype):
             g64, w64 = g.astype(np.float64), w.astype(np.float64)
             same &= (g64 == w64) | (np.isnan(g64) & np.isnan(w64))
         else:
@@ -155,7 +151,7 @@ def compare(
             got.size,
             got.size,
         )
-    floating = _is_float(got.dtype) or got.dtype.kind == "c"
+    floating = is_floating(got.dtype) or got.dtype.kind == "c"
     attrs = attrs or {}
     lo = attrs.get("min_ulp_difference", DEFAULT_MIN_ULP)
     hi = attrs.get("max_ulp_difference", DEFAULT_MAX_ULP)

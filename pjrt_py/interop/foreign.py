@@ -267,8 +267,8 @@ def _place_device_tensor(
     tensor = foreign.tensor
     held_on = _device_with_hardware_id(client, tensor.device[1]) or target
     reason = _why_not_view(client, tensor, held_on)
+    meta = _core.intern_meta((foreign.shape, foreign.dtype))
     if reason is None and held_on == target and not copy:
-        meta = _core.intern_meta((foreign.shape, foreign.dtype))
         # The stream the producer ordered its writes on (0: none to order on).
         return client._view(tensor, code, target._addr, meta, foreign.stream or 0)
     if copy is False:
@@ -284,7 +284,6 @@ def _place_device_tensor(
             f"{GPU_PARAMETER_ALIGNMENT}-byte aligned tensor (torch: t.contiguous().clone()) "
             "or move it to the host"
         )
-    meta = _core.intern_meta((foreign.shape, foreign.dtype))
     view = client._view(tensor, code, held_on._addr, meta, foreign.stream or 0)
     promise = view.copy_to_device_async(target)
 

@@ -118,9 +118,7 @@ def is_key(x: Any) -> bool:
     dtype = getattr(x, "dtype", None)
     if dtype is None or isinstance(dtype, np.dtype) or not type(x).__module__.startswith("jax"):
         return False  # every array but jax's extended dtypes, at once
-    import jax
-
-    return bool(jax.numpy.issubdtype(dtype, jax.dtypes.prng_key))
+    return is_key_dtype(dtype)
 
 
 def is_key_dtype(dtype: Any) -> bool:

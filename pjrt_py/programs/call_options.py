@@ -38,11 +38,10 @@ def call_options(
     of a compile-cache hit (jax's DebugOptions are hundreds of fields)."""
     plain = compile_options is None and debug_options is None and device is None
     plain = plain and (num_replicas, num_partitions, device_assignment) == (None, None, None)
-    if plain and isinstance(program, str) and program in plain_options:
-        # The options of compile(text) with nothing else given depend on
-        # the text and the client's devices only: encoded once per text.
-        options = plain_options[program]
-    elif compile_options is None:
+    text = program if plain and isinstance(program, str) else None  # the memo's key
+    if text is not None and text in plain_options:
+        return plain_options[text]
+    if compile_options is None:
         options = options_for_program(
             program,
             num_replicas=num_replicas,
@@ -65,8 +64,8 @@ def call_options(
     else:
         options = bytes(compile_options)
         check_compile_options(options, [d.id for d in client.devices])
-    if plain and isinstance(program, str):
+    if text is not None:
         if len(plain_options) >= PLAIN_OPTIONS_KEPT:
             plain_options.clear()
-        plain_options[program] = options
+        plain_options[text] = options
     return options

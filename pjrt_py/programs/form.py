@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 ENV = "PJRT_PY_PROGRAM_FORM"
 
 _jaxlib: list[Any] = []  # [(serialize, jaxlib's StableHLO version)] or [None], once
-_release: list[str | None] = []  # [jaxlib's version.py, as text] or [None], once
+_release: list[str | None] = []  # [a hash of jaxlib's version.py] or [None], once
 
 
 def _serializer() -> tuple[Any, tuple[int, ...]] | None:

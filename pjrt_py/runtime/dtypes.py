@@ -108,6 +108,12 @@ def pjrt_type(dtype: np.dtype[np.generic]) -> int:
     return code
 
 
+def is_floating(dtype: np.dtype[Any]) -> bool:
+    """numpy's floats and ml_dtypes' (bfloat16, the float8s, float4_e2m1fn:
+    numpy gives most of these kind ``V``)."""
+    return dtype.kind == "f" or dtype.name.startswith(("float", "bfloat"))
+
+
 def numpy_dtype(code: int) -> np.dtype[np.generic]:
     """The numpy dtype for a ``PJRT_Buffer_Type``; ``TypeError`` if it has none."""
     dtype = FROM_PJRT.get(code)
